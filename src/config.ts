@@ -1,0 +1,129 @@
+/** One setting: where it comes from, what it means, its default and how it is read. */
+interface Setting<T> {
+  env: string;
+  description: string;
+  format: string;
+  default: string | undefined;
+  parse: (raw: string, env: NodeJS.ProcessEnv) => T;
+}
+
+export class ConfigError extends Error {}
+
+const SUNSET_SECONDS = Date.UTC(2030, 11, 5) / 1000;
+
+function integer(min: number, max: number) {
+  return (raw: string) => {
+    if (!/^[0-9]+$/.test(raw) || Number(raw) < min || Number(raw) > max) {
+      throw new Error(`must be an integer from ${min} to ${max}`);
+    }
+    return Number(raw);
+  };
+}
+
+function baseUrl(raw: string) {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error('must be an absolute http or https URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('must be an http or https URL');
+  return raw.replace(/\/+$/, '');
+}
+
+const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** Every setting the service reads, in the order `petstore serve --help` lists them. */
+export const settings = {
+  host: {
+    env: 'HOST',
+    description: 'Address to listen on.',
+    format: 'IP address or host name',
+    default: '127.0.0.1',
+    parse: (raw) => raw,
+  } satisfies Setting<string>,
+  port: {
+    env: 'PORT',
+    description: 'TCP port to listen on (0 picks a free one).',
+    format: 'integer 0..65535',
+    default: '8080',
+    parse: integer(0, 65535),
+  } satisfies Setting<number>,
+  sqlitePath: {
+    env: 'PETSTORE_DB',
+    description: 'SQLite database file, created with its folder when missing.',
+    format: 'file path',
+    default: './data/petstore.db',
+    parse: (raw) => raw,
+  } satisfies Setting<string>,
+  publicUrl: {
+    env: 'PETSTORE_PUBLIC_URL',
+    description: 'Production base address, listed first in the OpenAPI document.',
+    format: 'absolute URL ending in /v1',
+    default: 'http://127.0.0.1:8080/v1',
+    parse: baseUrl,
+  } satisfies Setting<string>,
+  stagingUrl: {
+    env: 'PETSTORE_STAGING_URL',
+    description: 'Staging base address, listed second in the OpenAPI document.',
+    format: 'absolute URL ending in /v1',
+    default: 'http://127.0.0.1:8081/v1',
+    parse: baseUrl,
+  } satisfies Setting<string>,
+  deprecationSeconds: {
+    env: 'PETSTORE_GETPET_DEPRECATION',
+    description: 'When getPet was deprecated (RFC 9745 Deprecation header); never after its sunset.',
+    format: '@<unix seconds>',
+    default: '@1767225600',
+    parse: (raw) => {
+      const match = /^@(0|[1-9][0-9]{0,11})$/.exec(raw);
+      if (!match) throw new Error("must be '@' followed by unix seconds, like @1767225600");
+      const seconds = Number(match[1]);
+      if (seconds > SUNSET_SECONDS) throw new Error('must not be after the sunset, 2030-12-05 (@1922659200)');
+      return seconds;
+    },
+  } satisfies Setting<number>,
+  logLevel: {
+    env: 'LOG_LEVEL',
+    description: 'Least severe log level written (JSON lines on standard output).',
+    format: logLevels.join(' | '),
+    default: 'info',
+    parse: (raw) => {
+      if (!(logLevels as readonly string[]).includes(raw)) throw new Error(`must be one of ${logLevels.join(', ')}`);
+      return raw as (typeof logLevels)[number];
+    },
+  } satisfies Setting<(typeof logLevels)[number]>,
+};
+
+type Settings = typeof settings;
+export type Config = Readonly<{ [K in keyof Settings]: ReturnType<Settings[K]['parse']> }> & {
+  readonly sunsetSeconds: number;
+};
+
+/**
+ * Reads the environment once into a frozen Config.
+ * @throws ConfigError naming the variable, e.g. `PORT must be an integer from 0 to 65535 (got "http")`.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const values: Record<string, unknown> = { sunsetSeconds: SUNSET_SECONDS };
+  for (const [key, setting] of Object.entries(settings) as [string, Setting<unknown>][]) {
+    const raw = env[setting.env] ?? setting.default;
+    if (raw === undefined) continue;
+    try {
+      values[key] = setting.parse(raw, env);
+    } catch (error) {
+      throw new ConfigError(`${setting.env} ${(error as Error).message} (got ${JSON.stringify(raw)})`);
+    }
+  }
+  return Object.freeze(values) as Config;
+}
+
+/** The settings as a text table, for `petstore serve --help`. */
+export function describeSettings(): string {
+  return Object.values(settings as Record<string, Setting<unknown>>)
+    .map(
+      (s) =>
+        `  ${s.env.padEnd(28)} ${s.description}\n  ${''.padEnd(28)} format: ${s.format}; default: ${s.default ?? '(none)'}`,
+    )
+    .join('\n');
+}

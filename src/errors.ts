@@ -1,0 +1,67 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { errorCodes, type ErrorBody, type ErrorCode } from './schemas.js';
+
+/** An error the service answers with on purpose: its code, status and message go to the client. */
+export class ApiError extends Error {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.status = errorCodes[code];
+    this.headers = headers;
+  }
+
+  get statusCode(): number {
+    return this.status;
+  }
+
+  toBody(): ErrorBody {
+    return { code: this.code, message: this.message, status: this.status };
+  }
+}
+
+export const notFound = () =>
+  new ApiError('not_found', 'No resource is at this path; the operations are listed at /v1/openapi.json.');
+
+const codeByStatus = new Map<number, ErrorCode>(
+  Object.entries(errorCodes).map(([code, status]) => [status, code as ErrorCode]),
+);
+
+// Errors Fastify raises itself, mapped onto the contract's catalogue.
+const fastifyErrors: Record<string, (error: FastifyError) => ApiError> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: () =>
+    new ApiError('payload_too_large', 'The request body is larger than 16384 bytes; send a smaller body.'),
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: () =>
+    new ApiError('unsupported_media_type', "The request body must be sent with 'Content-Type: application/json'."),
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: () =>
+    new ApiError('invalid_request', 'The Content-Length header does not match the length of the request body.'),
+  FST_ERR_CTP_EMPTY_JSON_BODY: () => new ApiError('invalid_request', 'The request body is empty; send a JSON object.'),
+};
+
+/** Turns anything thrown on the request path into the contract's Error body. */
+export function toApiError(error: FastifyError | ApiError): ApiError {
+  if (error instanceof ApiError) return error;
+  const known = fastifyErrors[error.code];
+  if (known) return known(error);
+  const status = error.statusCode ?? 500;
+  if (status >= 400 && status < 500) {
+    return new ApiError(codeByStatus.get(status) ?? 'invalid_request', 'The request could not be processed as sent.');
+  }
+  return new ApiError('internal_error', 'The service failed to answer; try again later.');
+}
+
+export function handleError(error: FastifyError | ApiError, request: FastifyRequest, reply: FastifyReply) {
+  const apiError = toApiError(error);
+  if (apiError.status >= 500) request.log.error({ err: error }, 'request failed');
+  return reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody());
+}
+
+export function handleNotFound(_request: FastifyRequest, reply: FastifyReply) {
+  const error = notFound();
+  return reply.code(error.status).send(error.toBody());
+}

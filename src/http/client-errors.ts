@@ -1,0 +1,35 @@
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import { ApiError } from '../errors.js';
+
+function errorFor(code: string | undefined): ApiError {
+  switch (code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return new ApiError('headers_too_large', 'The request headers are larger than 16384 bytes in all.');
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new ApiError('request_timeout', 'The request was not received in time; send it again.');
+    case 'HPE_INVALID_METHOD':
+      return new ApiError('invalid_request', 'The request method is not an HTTP method this service knows.');
+    default:
+      return new ApiError('invalid_request', 'The request is not valid HTTP/1.1.');
+  }
+}
+
+/**
+ * Answers requests Node's HTTP parser refuses before any route runs (oversized headers,
+ * unknown methods, malformed requests, timeouts) with the contract's Error body.
+ */
+export function answerClientError(error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const apiError = errorFor(error.code);
+  const body = JSON.stringify(apiError.toBody());
+  if (!socket.writable) return void socket.destroy();
+  socket.end(
+    `HTTP/1.1 ${apiError.status} ${STATUS_CODES[apiError.status]}\r\n` +
+      'Content-Type: application/json; charset=utf-8\r\n' +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+      'Cache-Control: no-store\r\n' +
+      'Connection: close\r\n\r\n' +
+      body,
+  );
+}

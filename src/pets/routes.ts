@@ -1,0 +1,168 @@
+import type { FastifyInstance, onRequestHookHandler } from 'fastify';
+import type { Clock } from '../clock.js';
+import type { Config } from '../config.js';
+import { ApiError } from '../errors.js';
+import {
+  commonErrors,
+  errorResponse,
+  GetPetParams,
+  ListPetsQuery,
+  type NewPet,
+  type PetStatus,
+  type ListPetsQuery as ListQuery,
+  type GetPetParams as PetParams,
+} from '../schemas.js';
+import type { Store } from '../store/store.js';
+import { decodeCursor, encodeCursor } from './cursor.js';
+import { deprecationHeaderDocs, deprecationHeaders } from './deprecation.js';
+
+export interface PetDeps {
+  store: Store;
+  clock: Clock;
+  config: Config;
+  authenticate: onRequestHookHandler;
+}
+
+const security = [{ apiKey: [] }];
+
+export function listPets(app: FastifyInstance, { store, authenticate }: PetDeps) {
+  app.get<{ Querystring: ListQuery }>(
+    '/v1/pets',
+    {
+      onRequest: authenticate,
+      schema: {
+        operationId: 'listPets',
+        summary: 'List animals, oldest first, a page at a time',
+        description:
+          'Ascending id. When more animals match than `limit`, the response carries `Link: <…&cursor=…>; rel="next"`; following those links visits every animal that matched at the start exactly once, even while animals are added.',
+        security,
+        querystring: ListPetsQuery,
+        response: {
+          200: {
+            description: 'A page of animals.',
+            headers: {
+              Link: { type: 'string', description: 'RFC 8288: the next page, rel="next", when there is one.' },
+            },
+            type: 'array',
+            items: { $ref: 'Pet#' },
+          },
+          400: errorResponse('invalid_request: a query parameter is invalid, repeated or unknown.'),
+          ...commonErrors,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { limit = 20, status, cursor } = request.query;
+      const after = cursor === undefined ? undefined : readCursor(cursor, status);
+      const pets = await store.listPets({ status, afterId: after, limit: limit + 1 });
+      if (pets.length > limit) {
+        pets.length = limit;
+        const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
+        const query = `limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}`;
+        reply.header('link', `</v1/pets?${query}>; rel="next"`);
+      }
+      return pets;
+    },
+  );
+}
+
+function readCursor(text: string, status: PetStatus | undefined): bigint {
+  const cursor = decodeCursor(text);
+  if (!cursor) {
+    throw new ApiError(
+      'invalid_request',
+      'Query parameter \'cursor\' is not one this service issued; follow the rel="next" link as given.',
+    );
+  }
+  if (cursor.status !== status) {
+    throw new ApiError(
+      'invalid_request',
+      `Query parameter 'cursor' was issued for ${cursor.status ? `status=${cursor.status}` : 'no status filter'}; use it with the same status.`,
+    );
+  }
+  return cursor.afterId;
+}
+
+export function createPet(app: FastifyInstance, { store, authenticate }: PetDeps) {
+  app.post<{ Body: NewPet }>(
+    '/v1/pets',
+    {
+      onRequest: authenticate,
+      preValidation: requireJsonBody,
+      schema: {
+        operationId: 'createPet',
+        summary: 'Add an animal',
+        description: 'The 201 is sent once the animal is durable.',
+        security,
+        body: { $ref: 'NewPet#' },
+        response: {
+          201: {
+            description: 'The animal as stored, with its new id.',
+            headers: { Location: { type: 'string', description: '/v1/pets/{id} of the new animal.' } },
+            $ref: 'Pet#',
+          },
+          400: errorResponse('invalid_request: the body is not a valid NewPet, or not valid JSON.'),
+          413: errorResponse('payload_too_large: the body is over 16 KiB.'),
+          415: errorResponse('unsupported_media_type: the body is not sent as application/json (UTF-8).'),
+          ...commonErrors,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { name, categoryId, status = 'available' } = request.body;
+      const pet = await store.createPet({ name, categoryId, status });
+      return reply.code(201).header('location', `/v1/pets/${pet.id}`).send(pet);
+    },
+  );
+}
+
+// Fastify lets a bodiless POST with no Content-Type through; the contract makes it a 415.
+async function requireJsonBody(request: { headers: Record<string, unknown> }) {
+  if (request.headers['content-type'] === undefined) {
+    throw new ApiError(
+      'unsupported_media_type',
+      "The request body must be sent with 'Content-Type: application/json'.",
+    );
+  }
+}
+
+export function getPet(app: FastifyInstance, { store, clock, config, authenticate }: PetDeps) {
+  const headers = deprecationHeaders(config);
+  const sunsetMs = config.sunsetSeconds * 1000;
+  app.get<{ Params: PetParams }>(
+    '/v1/pets/:petId',
+    {
+      onRequest: authenticate,
+      // Deprecated answers, errors included, carry the deprecation headers.
+      preValidation: async (_request, reply) => {
+        reply.headers(headers);
+        if (clock.now() >= sunsetMs) {
+          throw new ApiError('gone', 'getPet was removed on 2030-12-05; list animals with GET /v1/pets instead.');
+        }
+      },
+      schema: {
+        operationId: 'getPet',
+        summary: 'Fetch one animal (deprecated: use GET /v1/pets)',
+        description:
+          'Deprecated since the Deprecation date, removed at the Sunset date (2030-12-05), after which it answers 410.',
+        deprecated: true,
+        security,
+        params: GetPetParams,
+        response: {
+          200: { description: 'The animal.', headers: deprecationHeaderDocs, $ref: 'Pet#' },
+          404: errorResponse(
+            'not_found: no animal has this id, or petId is not a positive integer.',
+            deprecationHeaderDocs,
+          ),
+          410: errorResponse('gone: the sunset has passed; use GET /v1/pets.', deprecationHeaderDocs),
+          ...commonErrors,
+        },
+      },
+    },
+    async (request) => {
+      const pet = await store.getPet(request.params.petId);
+      if (!pet) throw new ApiError('not_found', `No animal has id ${request.params.petId}.`);
+      return pet;
+    },
+  );
+}

@@ -1,0 +1,150 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+/**
+ * int64 as the contract means it: the full range, exact. On the wire it is a JSON number;
+ * in the service it is a `bigint`, so nothing past 2^53 is rounded.
+ */
+export const Int64 = (options: { description: string; minimum?: 1 }) =>
+  Type.Unsafe<bigint>({ type: 'integer', format: 'int64', ...options });
+
+export const INT64_MIN = -(2n ** 63n);
+export const INT64_MAX = 2n ** 63n - 1n;
+
+export const petStatuses = ['available', 'pending', 'sold'] as const;
+export type PetStatus = (typeof petStatuses)[number];
+export const PetStatus = Type.Unsafe<PetStatus>({
+  $id: 'PetStatus',
+  type: 'string',
+  enum: [...petStatuses],
+  description: 'status must be one of available, pending, sold.',
+});
+
+// Unicode White_Space only, and no control character (Cc) or lone surrogate (Cs): CONTRACT.md createPet.
+const name = Type.String({
+  minLength: 1,
+  maxLength: 255,
+  pattern: '^(?!\\p{White_Space}*$)[^\\p{Cc}\\p{Cs}]*$',
+  description:
+    'name must be a string of 1 to 255 Unicode characters that is not only white space and holds no control character or lone surrogate; it is kept exactly as sent.',
+});
+
+const categoryId = Int64({
+  description:
+    'categoryId must be an integer from -9223372036854775808 to 9223372036854775807 (int64); it comes back digit for digit.',
+});
+
+export const NewPet = Type.Object(
+  {
+    name,
+    categoryId,
+    status: Type.Optional(Type.Ref(PetStatus, { default: 'available' })),
+  },
+  {
+    $id: 'NewPet',
+    additionalProperties: false,
+    description: 'An animal to add. Unknown fields, including id, are refused with a 400.',
+  },
+);
+export type NewPet = Static<typeof NewPet>;
+
+export const Pet = Type.Object(
+  {
+    id: Int64({
+      minimum: 1,
+      description: 'Assigned by the service: positive, never reused, increasing in creation order.',
+    }),
+    name,
+    categoryId,
+    status: Type.Ref(PetStatus),
+  },
+  { $id: 'Pet', additionalProperties: false },
+);
+export type Pet = Static<typeof Pet>;
+
+export const Pets = Type.Array(Type.Ref(Pet));
+
+export const errorCodes = {
+  invalid_request: 400,
+  unauthorized: 401,
+  not_found: 404,
+  method_not_allowed: 405,
+  request_timeout: 408,
+  idempotency_conflict: 409,
+  gone: 410,
+  payload_too_large: 413,
+  uri_too_long: 414,
+  unsupported_media_type: 415,
+  idempotency_mismatch: 422,
+  rate_limited: 429,
+  headers_too_large: 431,
+  internal_error: 500,
+  unavailable: 503,
+} as const;
+export type ErrorCode = keyof typeof errorCodes;
+
+export const ErrorBody = Type.Object(
+  {
+    code: Type.Unsafe<ErrorCode>({
+      type: 'string',
+      enum: Object.keys(errorCodes),
+      description: 'Stable snake_case word; see the table in the API description.',
+    }),
+    message: Type.String({ description: 'One sentence a person can act on, naming what is at fault.' }),
+    status: Type.Integer({ description: 'The HTTP status code of the response.' }),
+  },
+  { $id: 'Error', additionalProperties: false },
+);
+
+export const ListPetsQuery = Type.Object(
+  {
+    limit: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100,
+        default: 20,
+        description:
+          'limit must be an integer from 1 to 100, written in decimal digits with no sign and no leading zero.',
+      }),
+    ),
+    status: Type.Optional(Type.Ref(PetStatus)),
+    cursor: Type.Optional(
+      Type.String({
+        description:
+          'cursor must be the opaque value of a rel="next" link from an earlier page, used with the same status.',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type ListPetsQuery = { limit: number; status?: PetStatus; cursor?: string };
+
+export const GetPetParams = Type.Object({
+  petId: Int64({ minimum: 1, description: 'petId is a positive integer id of an animal.' }),
+});
+export type GetPetParams = { petId: bigint };
+
+export type ErrorBody = Static<typeof ErrorBody>;
+
+export const sharedSchemas = [PetStatus, NewPet, Pet, ErrorBody];
+
+type HeaderDocs = Record<string, { type: 'string'; description: string }>;
+
+/** A documented response whose body is the Error schema. */
+export function errorResponse(description: string, headers?: HeaderDocs) {
+  return { description, ...(headers && { headers }), $ref: 'Error#' };
+}
+
+const authHeader: HeaderDocs = {
+  'WWW-Authenticate': {
+    type: 'string',
+    description: 'Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750).',
+  },
+};
+
+/** The error responses every authenticated operation can give. */
+export const commonErrors = {
+  401: errorResponse('unauthorized: the API key is missing, not Bearer, unknown or revoked.', authHeader),
+  431: errorResponse('headers_too_large: the request headers are over 16 KiB in all.'),
+  500: errorResponse('internal_error: the service failed; the request may be retried.'),
+  503: errorResponse('unavailable: the database cannot be reached; retry later.'),
+};

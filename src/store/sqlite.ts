@@ -1,0 +1,160 @@
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import type { PetStatus } from '../schemas.js';
+import { readMigrations } from './migrations.js';
+import type { KeyRecord, ListQuery, NewKeyRecord, NewPetRecord, PetRecord, Store } from './store.js';
+
+interface PetRow {
+  id: bigint;
+  name: string;
+  category_id: bigint;
+  status: PetStatus;
+}
+
+interface KeyRow {
+  id: bigint;
+  name: string;
+  hint: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+const toPet = (row: PetRow): PetRecord => ({
+  id: row.id,
+  name: row.name,
+  categoryId: row.category_id,
+  status: row.status,
+});
+
+const toKey = (row: KeyRow): KeyRecord => ({
+  id: Number(row.id),
+  name: row.name,
+  hint: row.hint,
+  createdAt: new Date(row.created_at),
+  revokedAt: row.revoked_at === null ? null : new Date(row.revoked_at),
+});
+
+/**
+ * Opens (creating when missing) the SQLite file at `path`.
+ * WAL with synchronous=FULL: a commit is on disk, power loss included, before a 201 leaves.
+ */
+export function openSqliteStore(path: string): Store {
+  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.pragma('busy_timeout = 5000');
+  db.defaultSafeIntegers(true);
+
+  db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+  ) STRICT`);
+
+  // Prepared once the tables exist: see migrate().
+  let statements: ReturnType<typeof prepare> | undefined;
+  const prepare = () => ({
+    insertPet: db.prepare('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)'),
+    getPet: db.prepare<[bigint], PetRow>('SELECT id, name, category_id, status FROM pets WHERE id = ?'),
+    listAll: db.prepare<[bigint, number], PetRow>(
+      'SELECT id, name, category_id, status FROM pets WHERE id > ? ORDER BY id LIMIT ?',
+    ),
+    listByStatus: db.prepare<[string, bigint, number], PetRow>(
+      'SELECT id, name, category_id, status FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?',
+    ),
+    insertKey: db.prepare('INSERT INTO api_keys (name, hint, hash, created_at) VALUES (?, ?, ?, ?)'),
+    findKey: db.prepare<[Buffer], { id: bigint; hash: Buffer }>(
+      'SELECT id, hash FROM api_keys WHERE hash = ? AND revoked_at IS NULL',
+    ),
+    listKeys: db.prepare<[], KeyRow>('SELECT id, name, hint, created_at, revoked_at FROM api_keys ORDER BY id'),
+    getKey: db.prepare<[bigint], KeyRow>('SELECT id, name, hint, created_at, revoked_at FROM api_keys WHERE id = ?'),
+    revokeKey: db.prepare('UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
+    insertFirstKey: db.prepare(
+      'INSERT INTO api_keys (name, hint, hash, created_at) SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM api_keys)',
+    ),
+  });
+  const ready = () => {
+    if (!statements) throw new Error('the SQLite store is used before migrate()');
+    return statements;
+  };
+
+  return {
+    async migrate() {
+      const applied = new Set(
+        db
+          .prepare<[], { version: bigint }>('SELECT version FROM schema_migrations')
+          .all()
+          .map((row) => Number(row.version)),
+      );
+      const names: string[] = [];
+      // IMMEDIATE: a second process migrating at the same moment waits instead of racing.
+      db.transaction(() => {
+        for (const migration of readMigrations('sqlite')) {
+          if (applied.has(migration.version)) continue;
+          db.exec(migration.sql);
+          db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
+            migration.version,
+            migration.name,
+            new Date().toISOString(),
+          );
+          names.push(migration.name);
+        }
+      }).immediate();
+      statements = prepare();
+      return names;
+    },
+
+    async ping() {
+      db.prepare('SELECT 1').get();
+    },
+
+    async createPet(pet: NewPetRecord) {
+      const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
+      return { id: BigInt(lastInsertRowid), ...pet };
+    },
+
+    async getPet(id: bigint) {
+      const row = ready().getPet.get(id);
+      return row && toPet(row);
+    },
+
+    async listPets({ status, afterId = 0n, limit }: ListQuery) {
+      const rows = status ? ready().listByStatus.all(status, afterId, limit) : ready().listAll.all(afterId, limit);
+      return rows.map(toPet);
+    },
+
+    async createKey(key: NewKeyRecord) {
+      const { lastInsertRowid } = ready().insertKey.run(key.name, key.hint, key.hash, key.createdAt.toISOString());
+      return toKey(ready().getKey.get(BigInt(lastInsertRowid))!);
+    },
+
+    async findActiveKey(hash: Buffer) {
+      const row = ready().findKey.get(hash);
+      return row && { id: Number(row.id), hash: row.hash };
+    },
+
+    async listKeys() {
+      return ready().listKeys.all().map(toKey);
+    },
+
+    async revokeKey(id: number, at: Date) {
+      return ready().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
+    },
+
+    async createFirstKey(key: NewKeyRecord) {
+      const { changes, lastInsertRowid } = ready().insertFirstKey.run(
+        key.name,
+        key.hint,
+        key.hash,
+        key.createdAt.toISOString(),
+      );
+      return changes > 0 ? toKey(ready().getKey.get(BigInt(lastInsertRowid))!) : undefined;
+    },
+
+    async close() {
+      db.close();
+    },
+  };
+}

@@ -1,0 +1,60 @@
+import type { PetStatus } from '../schemas.js';
+
+export interface PetRecord {
+  id: bigint;
+  name: string;
+  categoryId: bigint;
+  status: PetStatus;
+}
+
+export type NewPetRecord = Omit<PetRecord, 'id'>;
+
+export interface ListQuery {
+  status?: PetStatus;
+  /** Only animals with a greater id: keyset paging, never OFFSET. */
+  afterId?: bigint;
+  limit: number;
+}
+
+export interface KeyRecord {
+  id: number;
+  name: string;
+  hint: string;
+  createdAt: Date;
+  revokedAt: Date | null;
+}
+
+export interface NewKeyRecord {
+  name: string;
+  hint: string;
+  hash: Buffer;
+  createdAt: Date;
+}
+
+/**
+ * Everything the service keeps. Implementations know SQL; nothing above them does, and they
+ * know nothing of HTTP.
+ */
+export interface Store {
+  /** Applies the migrations not yet applied; returns their names. */
+  migrate(): Promise<string[]>;
+  /** Resolves when the database answers; rejects when it does not. */
+  ping(): Promise<void>;
+
+  /** Resolves once the animal is durable. */
+  createPet(pet: NewPetRecord): Promise<PetRecord>;
+  getPet(id: bigint): Promise<PetRecord | undefined>;
+  /** Ascending id. */
+  listPets(query: ListQuery): Promise<PetRecord[]>;
+
+  createKey(key: NewKeyRecord): Promise<KeyRecord>;
+  /** The hash of the active (not revoked) key with this hash, if any. */
+  findActiveKey(hash: Buffer): Promise<{ id: number; hash: Buffer } | undefined>;
+  listKeys(): Promise<KeyRecord[]>;
+  /** Creates the key only if the store has no key at all, atomically; else undefined. */
+  createFirstKey(key: NewKeyRecord): Promise<KeyRecord | undefined>;
+  /** False when no active key has this id. */
+  revokeKey(id: number, at: Date): Promise<boolean>;
+
+  close(): Promise<void>;
+}

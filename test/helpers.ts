@@ -1,0 +1,66 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
+import { buildApp } from '../src/app.js';
+import type { Clock } from '../src/clock.js';
+import { loadConfig, type Config } from '../src/config.js';
+import { issueKey } from '../src/keys/cli.js';
+import { openSqliteStore } from '../src/store/sqlite.js';
+import type { Store } from '../src/store/store.js';
+
+/** A clock the test moves by hand. */
+export function manualClock(start = Date.UTC(2026, 10, 22)): Clock & { set(ms: number): void } {
+  let now = start;
+  return { now: () => now, set: (ms) => void (now = ms) };
+}
+
+/** A fresh, migrated SQLite file in its own temporary folder, removed after the test. */
+export async function tempSqliteStore(t: TestContext): Promise<{ store: Store; path: string }> {
+  const dir = mkdtempSync(join(tmpdir(), 'petstore-test-'));
+  const path = join(dir, 'petstore.db');
+  const store = openSqliteStore(path);
+  await store.migrate();
+  t.after(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return { store, path };
+}
+
+export interface TestApp {
+  app: FastifyInstance;
+  store: Store;
+  config: Config;
+  clock: ReturnType<typeof manualClock>;
+  key: string;
+  /** `inject` with the test's API key already in `Authorization`. */
+  call(options: InjectOptions): Promise<LightMyRequestResponse>;
+}
+
+/** The whole service on a fresh SQLite file, with one API key, closed after the test. */
+export async function startApp(
+  t: TestContext,
+  { env = {}, store: given }: { env?: Record<string, string>; store?: Store } = {},
+): Promise<TestApp> {
+  const store = given ?? (await tempSqliteStore(t)).store;
+  const config = loadConfig({ ...env });
+  const clock = manualClock();
+  const app = await buildApp({ config, store, clock, logger: false });
+  t.after(() => app.close());
+  const { key } = await issueKey(store, 'test');
+  const call = (options: InjectOptions) =>
+    app.inject({ ...options, headers: { authorization: `Bearer ${key}`, ...options.headers } });
+  return { app, store, config, clock, key, call };
+}
+
+/** Posts a valid pet and returns its parsed body. */
+export async function addPet(
+  { call }: Pick<TestApp, 'call'>,
+  pet: Record<string, unknown> = { name: 'Rex', categoryId: 7 },
+): Promise<{ id: number; name: string; categoryId: number; status: string }> {
+  const response = await call({ method: 'POST', url: '/v1/pets', payload: pet });
+  if (response.statusCode !== 201) throw new Error(`createPet answered ${response.statusCode}: ${response.body}`);
+  return response.json();
+}
