@@ -8,7 +8,8 @@ import { registerDocs } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
 import { refuseOtherMethods, routeEveryMethod } from './http/methods.js';
-import { addSharedSchema, compileValidator } from './http/validation.js';
+import { parseQuery } from './http/query.js';
+import { compileValidator } from './http/validation.js';
 import { createPet, getPet, listPets } from './pets/routes.js';
 import { sharedSchemas } from './schemas.js';
 import type { Store } from './store/store.js';
@@ -33,17 +34,17 @@ export async function buildApp({ config, store, clock = systemClock, logger }: A
     bodyLimit: BODY_LIMIT,
     http: { maxHeaderSize: HEADER_LIMIT },
     clientErrorHandler: answerClientError,
+    // Requests the router refuses (a malformed percent-encoding) get the Error body too.
+    frameworkErrors: handleError,
     // In-flight requests finish during shutdown instead of getting a non-contract 503.
     return503OnClosing: false,
-    routerOptions: { maxParamLength: 100 },
+    // A petId of any length reaches getPet, which answers 404 (CONTRACT.md getPet).
+    routerOptions: { maxParamLength: HEADER_LIMIT, querystringParser: parseQuery },
   });
 
   routeEveryMethod(app);
   app.setValidatorCompiler(compileValidator);
-  for (const schema of sharedSchemas) {
-    app.addSchema(schema);
-    addSharedSchema(schema);
-  }
+  for (const schema of sharedSchemas) app.addSchema(schema);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     try {

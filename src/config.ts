@@ -5,6 +5,10 @@ interface Setting<T> {
   format: string;
   default: string | undefined;
   parse: (raw: string, env: NodeJS.ProcessEnv) => T;
+  /** Computes the default from the settings listed before it; `default` then describes it. */
+  derive?: (values: Record<string, unknown>) => string;
+  /** How the raw value may appear in an error message, when it can hold a secret. */
+  show?: (raw: string) => string;
 }
 
 export class ConfigError extends Error {}
@@ -29,6 +33,32 @@ function baseUrl(raw: string) {
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('must be an http or https URL');
   return raw.replace(/\/+$/, '');
+}
+
+/** A PostgreSQL URL, or undefined when empty (SQLite then). */
+function postgresUrl(raw: string): string | undefined {
+  if (raw === '') return undefined;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error('must be a postgres:// or postgresql:// URL');
+  }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
+    throw new Error('must be a postgres:// or postgresql:// URL');
+  }
+  return raw;
+}
+
+/** The URL with its password hidden, or nothing at all when it does not parse. */
+function withoutPassword(raw: string): string {
+  try {
+    const url = new URL(raw);
+    if (url.password) url.password = '***';
+    return url.href;
+  } catch {
+    return '(a value that is not shown, as it may hold a password)';
+  }
 }
 
 const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -56,11 +86,34 @@ export const settings = {
     default: './data/petstore.db',
     parse: (raw) => raw,
   } satisfies Setting<string>,
+  databaseUrl: {
+    env: 'DATABASE_URL',
+    description: 'PostgreSQL database shared by every instance; when absent or empty, SQLite (PETSTORE_DB).',
+    format: 'postgres://user:password@host:5432/database (libpq URL parameters allowed)',
+    default: undefined,
+    parse: postgresUrl,
+    show: withoutPassword,
+  } satisfies Setting<string | undefined>,
+  pgPoolSize: {
+    env: 'PETSTORE_PG_POOL_SIZE',
+    description: 'Most PostgreSQL connections one instance opens at once.',
+    format: 'integer 1..1000',
+    default: '10',
+    parse: integer(1, 1000),
+  } satisfies Setting<number>,
+  dbTimeoutMs: {
+    env: 'PETSTORE_DB_TIMEOUT_MS',
+    description: 'Longest wait for a database connection or statement (SQLite: for a lock) before a request gets 503.',
+    format: 'milliseconds, integer 100..600000',
+    default: '5000',
+    parse: integer(100, 600_000),
+  } satisfies Setting<number>,
   publicUrl: {
     env: 'PETSTORE_PUBLIC_URL',
     description: 'Production base address, listed first in the OpenAPI document.',
     format: 'absolute URL ending in /v1',
-    default: 'http://127.0.0.1:8080/v1',
+    default: 'http://HOST:PORT/v1',
+    derive: ({ host, port }) => `http://${String(host).includes(':') ? `[${host}]` : host}:${port}/v1`,
     parse: baseUrl,
   } satisfies Setting<string>,
   stagingUrl: {
@@ -86,7 +139,7 @@ export const settings = {
   logLevel: {
     env: 'LOG_LEVEL',
     description: 'Least severe log level written (JSON lines on standard output).',
-    format: logLevels.join(' | '),
+    format: `one of ${logLevels.join(', ')}`,
     default: 'info',
     parse: (raw) => {
       if (!(logLevels as readonly string[]).includes(raw)) throw new Error(`must be one of ${logLevels.join(', ')}`);
@@ -107,12 +160,13 @@ export type Config = Readonly<{ [K in keyof Settings]: ReturnType<Settings[K]['p
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const values: Record<string, unknown> = { sunsetSeconds: SUNSET_SECONDS };
   for (const [key, setting] of Object.entries(settings) as [string, Setting<unknown>][]) {
-    const raw = env[setting.env] ?? setting.default;
+    const raw = env[setting.env] ?? (setting.derive ? setting.derive(values) : setting.default);
     if (raw === undefined) continue;
     try {
       values[key] = setting.parse(raw, env);
     } catch (error) {
-      throw new ConfigError(`${setting.env} ${(error as Error).message} (got ${JSON.stringify(raw)})`);
+      const shown = setting.show ? setting.show(raw) : raw;
+      throw new ConfigError(`${setting.env} ${(error as Error).message} (got ${JSON.stringify(shown)})`);
     }
   }
   return Object.freeze(values) as Config;

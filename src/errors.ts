@@ -1,9 +1,12 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { errorCodes, type ErrorBody, type ErrorCode } from './schemas.js';
+import { StoreUnavailableError } from './store/store.js';
 
 /** An error the service answers with on purpose: its code, status and message go to the client. */
 export class ApiError extends Error {
   readonly status: number;
+  /** The same as `status`; a plain property because Fastify assigns it on validation errors. */
+  statusCode: number;
   readonly headers: Record<string, string>;
 
   constructor(
@@ -13,11 +16,8 @@ export class ApiError extends Error {
   ) {
     super(message);
     this.status = errorCodes[code];
+    this.statusCode = this.status;
     this.headers = headers;
-  }
-
-  get statusCode(): number {
-    return this.status;
   }
 
   toBody(): ErrorBody {
@@ -40,12 +40,17 @@ const fastifyErrors: Record<string, (error: FastifyError) => ApiError> = {
     new ApiError('unsupported_media_type', "The request body must be sent with 'Content-Type: application/json'."),
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: () =>
     new ApiError('invalid_request', 'The Content-Length header does not match the length of the request body.'),
+  // A path with a malformed percent-encoding names no resource.
+  FST_ERR_BAD_URL: () => notFound(),
   FST_ERR_CTP_EMPTY_JSON_BODY: () => new ApiError('invalid_request', 'The request body is empty; send a JSON object.'),
 };
 
 /** Turns anything thrown on the request path into the contract's Error body. */
 export function toApiError(error: FastifyError | ApiError): ApiError {
   if (error instanceof ApiError) return error;
+  if (error instanceof StoreUnavailableError) {
+    return new ApiError('unavailable', 'The database cannot be reached; retry later.');
+  }
   const known = fastifyErrors[error.code];
   if (known) return known(error);
   const status = error.statusCode ?? 500;

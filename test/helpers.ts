@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -63,4 +64,41 @@ export async function addPet(
   const response = await call({ method: 'POST', url: '/v1/pets', payload: pet });
   if (response.statusCode !== 201) throw new Error(`createPet answered ${response.statusCode}: ${response.body}`);
   return response.json();
+}
+
+const ERROR_BODY = /^\{"code":"([a-z_]+)","message":"((?:[^"\\]|\\.)+)","status":([0-9]{3})\}$/;
+
+/**
+ * Asserts an Error response: the status, `application/json`, and a raw body that is exactly
+ * `{"code","message","status"}` in that shape; each of `mentions` must appear in `message`.
+ */
+export function assertError(
+  response: LightMyRequestResponse,
+  status: number,
+  code: string,
+  ...mentions: string[]
+): string {
+  assert.equal(response.statusCode, status, `expected ${status}, got ${response.statusCode}: ${response.body}`);
+  assert.match(String(response.headers['content-type']), /^application\/json(;|$)/);
+  const match = ERROR_BODY.exec(response.body);
+  assert.ok(match, `not an Error body: ${response.body}`);
+  assert.equal(match[1], code);
+  assert.equal(match[3], String(status));
+  const { message } = JSON.parse(response.body) as { message: string };
+  for (const mention of mentions) assert.ok(message.includes(mention), `message does not name ${mention}: ${message}`);
+  return message;
+}
+
+/** Posts `body` as sent, byte for byte, as application/json. */
+export function postRaw(
+  { call }: Pick<TestApp, 'call'>,
+  body: string | Buffer,
+  headers: Record<string, string> = {},
+): Promise<LightMyRequestResponse> {
+  return call({
+    method: 'POST',
+    url: '/v1/pets',
+    headers: { 'content-type': 'application/json', ...headers },
+    payload: body,
+  });
 }

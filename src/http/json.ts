@@ -37,21 +37,43 @@ function rejectDuplicateKey({ key }: { key: string }): never {
   throw new ApiError('invalid_request', `The request body names the field '${key}' twice; send each field once.`);
 }
 
-function nestingDepth(text: string): number {
+/**
+ * What the parser does not check in `text` (valid JSON): how deep it nests, and the first key
+ * an object names twice (the parser reports only duplicates whose values differ; the contract
+ * refuses every one). One pass over the text.
+ */
+function inspect(text: string): { depth: number; duplicateKey: string | undefined } {
+  const objects: (Set<string> | undefined)[] = [];
   let depth = 0;
-  let deepest = 0;
-  let inString = false;
+  let expectKey = false;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c) i++;
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x7b || c === 0x5b) deepest = Math.max(deepest, ++depth);
-    else if (c === 0x7d || c === 0x5d) depth--;
+    if (c === 0x22) {
+      let end = i + 1;
+      while (text.charCodeAt(end) !== 0x22) end += text.charCodeAt(end) === 0x5c ? 2 : 1;
+      if (expectKey) {
+        const key = JSON.parse(text.slice(i, end + 1)) as string;
+        const keys = objects.at(-1)!;
+        if (keys.has(key)) return { depth, duplicateKey: key };
+        keys.add(key);
+        expectKey = false;
+      }
+      i = end;
+    } else if (c === 0x7b || c === 0x5b) {
+      objects.push(c === 0x7b ? new Set() : undefined);
+      depth = Math.max(depth, objects.length);
+      expectKey = c === 0x7b;
+    } else if (c === 0x7d || c === 0x5d) {
+      objects.pop();
+      expectKey = false;
+    } else if (c === 0x2c) {
+      expectKey = objects.at(-1) !== undefined;
+    }
   }
-  return deepest;
+  return { depth, duplicateKey: undefined };
 }
+
+const tooDeep = () => new ApiError('invalid_request', `The request body nests deeper than ${MAX_DEPTH} levels.`);
 
 /**
  * Fastify content-type parser for `application/json`: strict UTF-8, strict JSON, no duplicate
@@ -72,13 +94,21 @@ export function parseJsonBody(request: FastifyRequest, body: Buffer): unknown {
   } catch {
     throw new ApiError('invalid_request', 'The request body is not valid UTF-8.');
   }
-  if (nestingDepth(text) > MAX_DEPTH) {
-    throw new ApiError('invalid_request', `The request body nests deeper than ${MAX_DEPTH} levels.`);
+  // RFC 8259 section 8.1: JSON text sent over a network has no byte order mark.
+  if (text.charCodeAt(0) === 0xfeff) {
+    throw new ApiError('invalid_request', 'The request body starts with a byte order mark; send JSON without one.');
   }
+  let value: unknown;
   try {
-    return parse(text, null, { parseNumber, onDuplicateKey: rejectDuplicateKey });
+    value = parse(text, null, { parseNumber, onDuplicateKey: rejectDuplicateKey });
   } catch (error) {
     if (error instanceof ApiError) throw error;
+    // The recursive parser runs out of stack only on input nested thousands deep.
+    if (error instanceof RangeError) throw tooDeep();
     throw new ApiError('invalid_request', `The request body is not valid JSON: ${(error as Error).message}.`);
   }
+  const { depth, duplicateKey } = inspect(text);
+  if (depth > MAX_DEPTH) throw tooDeep();
+  if (duplicateKey !== undefined) rejectDuplicateKey({ key: duplicateKey });
+  return value;
 }

@@ -1,7 +1,7 @@
 import { Ajv, type ErrorObject, type SchemaObject } from 'ajv';
 import type { FastifySchema } from 'fastify';
 import { ApiError, notFound } from '../errors.js';
-import { INT64_MAX, INT64_MIN } from '../schemas.js';
+import { INT64_MAX, INT64_MIN, sharedSchemas } from '../schemas.js';
 
 type Part = 'body' | 'querystring' | 'params' | 'headers';
 
@@ -39,17 +39,16 @@ ajv.addKeyword({
     typeof data === 'bigint' && data >= rule.minimum && data <= INT64_MAX,
 });
 
-/** Adds a schema with an `$id` that route schemas reference. */
-export function addSharedSchema(schema: SchemaObject): void {
-  ajv.addSchema(forAjv(schema) as SchemaObject);
-}
+// The schemas with an `$id` that route schemas reference: static, so added once.
+for (const schema of sharedSchemas) ajv.addSchema(forAjv(schema) as SchemaObject);
 
 const DIGITS = /^(0|[1-9][0-9]*)$/;
 
 // Query and path values arrive as strings; an integer is accepted only as plain decimal digits.
 function coerceStrings(data: Record<string, unknown>, schema: SchemaObject, part: Part): Record<string, unknown> {
   const properties = (schema.properties ?? {}) as Record<string, SchemaObject>;
-  const out: Record<string, unknown> = {};
+  // No prototype, so a `__proto__` parameter stays a parameter and is refused as unknown.
+  const out: Record<string, unknown> = Object.create(null);
   for (const [key, value] of Object.entries(data)) {
     if (Array.isArray(value)) {
       throw new ApiError('invalid_request', `Query parameter '${key}' must be given at most once.`);

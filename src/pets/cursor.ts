@@ -1,4 +1,4 @@
-import { petStatuses, type PetStatus } from '../schemas.js';
+import { INT64_MAX, petStatuses, type PetStatus } from '../schemas.js';
 
 export interface Cursor {
   afterId: bigint;
@@ -17,6 +17,8 @@ export function decodeCursor(text: string): Cursor | undefined {
   const match = SHAPE.exec(Buffer.from(text, 'base64url').toString('latin1'));
   if (!match) return undefined;
   const cursor = { afterId: BigInt(match[2]!), status: match[1] as PetStatus | undefined };
+  // Ids are int64, so a larger one was never issued (and would overflow the store's query).
+  if (cursor.afterId > INT64_MAX) return undefined;
   // Only the canonical encoding is one the service issued.
   return encodeCursor(cursor) === text ? cursor : undefined;
 }

@@ -1,50 +1,37 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import type { PetStatus } from '../schemas.js';
 import { readMigrations } from './migrations.js';
-import type { KeyRecord, ListQuery, NewKeyRecord, NewPetRecord, PetRecord, Store } from './store.js';
+import { toKey, toPet, type KeyRow, type PetRow } from './rows.js';
+import { StoreUnavailableError, type ListQuery, type NewKeyRecord, type NewPetRecord, type Store } from './store.js';
 
-interface PetRow {
-  id: bigint;
-  name: string;
-  category_id: bigint;
-  status: PetStatus;
+/**
+ * Every method of `store`, with SQLITE_BUSY (still locked by another process after busy_timeout)
+ * as StoreUnavailableError.
+ */
+function busyAsUnavailable(store: Store): Store {
+  const guarded: Record<string, unknown> = {};
+  for (const [name, method] of Object.entries(store) as [string, (...args: unknown[]) => Promise<unknown>][]) {
+    guarded[name] = (...args: unknown[]) =>
+      method(...args).catch((error: unknown) => {
+        const code = (error as { code?: unknown }).code;
+        throw typeof code === 'string' && code.startsWith('SQLITE_BUSY') ? new StoreUnavailableError(error) : error;
+      });
+  }
+  return guarded as unknown as Store;
 }
-
-interface KeyRow {
-  id: bigint;
-  name: string;
-  hint: string;
-  created_at: string;
-  revoked_at: string | null;
-}
-
-const toPet = (row: PetRow): PetRecord => ({
-  id: row.id,
-  name: row.name,
-  categoryId: row.category_id,
-  status: row.status,
-});
-
-const toKey = (row: KeyRow): KeyRecord => ({
-  id: Number(row.id),
-  name: row.name,
-  hint: row.hint,
-  createdAt: new Date(row.created_at),
-  revokedAt: row.revoked_at === null ? null : new Date(row.revoked_at),
-});
 
 /**
  * Opens (creating when missing) the SQLite file at `path`.
  * WAL with synchronous=FULL: a commit is on disk, power loss included, before a 201 leaves.
+ * A write waits up to `busyTimeoutMs` for another process's lock, then fails with StoreUnavailableError.
  */
-export function openSqliteStore(path: string): Store {
+export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTimeoutMs?: number } = {}): Store {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
-  db.pragma('busy_timeout = 5000');
+  db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
   db.defaultSafeIntegers(true);
 
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -80,17 +67,18 @@ export function openSqliteStore(path: string): Store {
     return statements;
   };
 
-  return {
+  return busyAsUnavailable({
     async migrate() {
-      const applied = new Set(
-        db
-          .prepare<[], { version: bigint }>('SELECT version FROM schema_migrations')
-          .all()
-          .map((row) => Number(row.version)),
-      );
       const names: string[] = [];
-      // IMMEDIATE: a second process migrating at the same moment waits instead of racing.
+      // IMMEDIATE: a second process migrating at the same moment waits instead of racing, then
+      // reads what the first applied.
       db.transaction(() => {
+        const applied = new Set(
+          db
+            .prepare<[], { version: bigint }>('SELECT version FROM schema_migrations')
+            .all()
+            .map((row) => Number(row.version)),
+        );
         for (const migration of readMigrations('sqlite')) {
           if (applied.has(migration.version)) continue;
           db.exec(migration.sql);
@@ -156,5 +144,5 @@ export function openSqliteStore(path: string): Store {
     async close() {
       db.close();
     },
-  };
+  });
 }

@@ -58,3 +58,14 @@ export interface Store {
 
   close(): Promise<void>;
 }
+
+/**
+ * The database did not answer: refused, dropped, shut down or too slow. Callers answer 503
+ * `unavailable`; the cause is for the log only.
+ */
+export class StoreUnavailableError extends Error {
+  constructor(cause: unknown) {
+    super(`The database cannot be reached: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = 'StoreUnavailableError';
+  }
+}

@@ -1,0 +1,269 @@
+import pg from 'pg';
+import { readMigrations } from './migrations.js';
+import { toKey, toPet, type KeyRow, type PetRow } from './rows.js';
+import { StoreUnavailableError, type ListQuery, type NewKeyRecord, type NewPetRecord, type Store } from './store.js';
+
+export interface PostgresOptions {
+  /** Most connections this store opens at once. */
+  poolSize?: number;
+  /** Longest wait for a connection, and for any one statement, before StoreUnavailableError. */
+  timeoutMs?: number;
+}
+
+const INT8_OID = 20;
+
+// int8 as BigInt on this store's connections only: pg's own default is a string, and a
+// process-global override would change every other pg user in the process.
+const exactTypes = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') => {
+    if (oid === INT8_OID && format !== 'binary') return (value: string) => BigInt(value);
+    return pg.types.getTypeParser(oid, format);
+  }) as typeof pg.types.getTypeParser,
+};
+
+// Migrations may build indexes on big tables: longer than a request may wait, still bounded.
+const MIGRATION_TIMEOUT_MS = 60_000;
+const CLIENT_GRACE_MS = 500;
+
+// Advisory locks keyed by two int4: this service's lock class plus the purpose, and the schema,
+// so instances on different schemas of one database do not wait for each other.
+const LOCK_CLASS = 0x7065_7473; // 'pets'
+const MIGRATE_LOCK = 1;
+const FIRST_KEY_LOCK = 2;
+const takeLock = (lock: number) =>
+  `SELECT pg_advisory_xact_lock(${LOCK_CLASS + lock}, hashtext(coalesce(current_schema(), '')))`;
+
+const PET_COLUMNS = 'id, name, category_id, status';
+const KEY_COLUMNS = 'id, name, hint, created_at, revoked_at';
+
+const statements = {
+  insertPet: `INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${PET_COLUMNS}`,
+  getPet: `SELECT ${PET_COLUMNS} FROM pets WHERE id = $1`,
+  listAll: `SELECT ${PET_COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
+  listByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
+  insertKey: `INSERT INTO api_keys (name, hint, hash, created_at) VALUES ($1, $2, $3, $4) RETURNING ${KEY_COLUMNS}`,
+  findKey: 'SELECT id, hash FROM api_keys WHERE hash = $1 AND revoked_at IS NULL',
+  listKeys: `SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY id`,
+  revokeKey: 'UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL',
+  lockFirstKey: takeLock(FIRST_KEY_LOCK),
+  insertFirstKey:
+    'INSERT INTO api_keys (name, hint, hash, created_at) SELECT $1::text, $2::text, $3::bytea, $4::timestamptz ' +
+    `WHERE NOT EXISTS (SELECT 1 FROM api_keys) RETURNING ${KEY_COLUMNS}`,
+  ping: 'SELECT 1',
+} as const;
+
+type StatementName = keyof typeof statements;
+
+// SQLSTATE classes and codes that mean "the database is not answering", not "the request is wrong":
+// 08 connection exception, 53 insufficient resources (too many connections), 57P01..57P03
+// shutdown or starting up, 57014 cancelled by statement_timeout.
+const UNAVAILABLE_SQLSTATE = /^(08[0-9A-Z]{3}|53[0-9A-Z]{3}|57P0[1-3]|57014)$/;
+const UNAVAILABLE_NODE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'EHOSTDOWN',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+// pg and pg-pool raise these without a code when a connection is lost or too slow.
+const UNAVAILABLE_MESSAGES = [
+  'Connection terminated',
+  'timeout exceeded when trying to connect',
+  'Query read timeout',
+  'Client has encountered a connection error',
+  'Client was closed',
+];
+
+function isUnavailable(error: unknown, depth = 0): boolean {
+  if (!(error instanceof Error) || depth > 3) return false;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === 'string' && (UNAVAILABLE_SQLSTATE.test(code) || UNAVAILABLE_NODE_CODES.has(code))) return true;
+  if (UNAVAILABLE_MESSAGES.some((start) => error.message.startsWith(start))) return true;
+  // Node's happy-eyeballs connect reports one failure per address in an AggregateError.
+  if (error instanceof AggregateError && error.errors.some((inner) => isUnavailable(inner, depth + 1))) return true;
+  return isUnavailable(error.cause, depth + 1);
+}
+
+function translate(error: unknown): unknown {
+  return !(error instanceof StoreUnavailableError) && isUnavailable(error) ? new StoreUnavailableError(error) : error;
+}
+
+const ignore = () => {};
+
+/**
+ * A Store on PostgreSQL at `url` (`postgres://user@host:5432/db`), shared by any number of
+ * service instances. Connections open lazily: opening never fails, the first query might.
+ *
+ * @example
+ * const store = openPostgresStore('postgres://petstore@db:5432/petstore', { poolSize: 10 });
+ * await store.migrate();
+ */
+export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000 }: PostgresOptions = {}): Store {
+  const connection: pg.ClientConfig = {
+    connectionString: url,
+    types: exactTypes,
+    application_name: 'petstore',
+    connectionTimeoutMillis: timeoutMs,
+    // Server side, so a slow statement stops using the database and the connection stays usable;
+    // client side a little later, so a server gone silent (no RST, no FIN) cannot hold a request
+    // much past the bound either.
+    statement_timeout: timeoutMs,
+    query_timeout: timeoutMs + CLIENT_GRACE_MS,
+    idle_in_transaction_session_timeout: timeoutMs * 2,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+  };
+  const pool = new pg.Pool({ ...connection, max: poolSize });
+  // A connection that fails while idle is dropped from the pool and replaced on the next query;
+  // without a listener, the 'error' event would end the process.
+  pool.on('error', ignore);
+  let closed: Promise<void> | undefined;
+
+  async function query<R extends pg.QueryResultRow>(
+    name: StatementName,
+    values: unknown[] = [],
+    client?: pg.PoolClient,
+  ) {
+    try {
+      return await (client ?? pool).query<R>({ name, text: statements[name], values });
+    } catch (error) {
+      throw translate(error);
+    }
+  }
+
+  async function inTransaction<T>(run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    let client: pg.PoolClient;
+    try {
+      client = await pool.connect();
+    } catch (error) {
+      throw translate(error);
+    }
+    // pg-pool listens for errors only on idle clients; a checked-out one needs its own listener.
+    client.on('error', ignore);
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const result = await run(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      const translated = translate(error);
+      if (translated instanceof StoreUnavailableError) broken = translated;
+      else await client.query('ROLLBACK').catch((rollbackError: Error) => void (broken = rollbackError));
+      throw translated;
+    } finally {
+      client.removeListener('error', ignore);
+      // A broken connection (or one whose statement may still be running) is destroyed, not reused.
+      client.release(broken);
+    }
+  }
+
+  return {
+    async migrate() {
+      const client = new pg.Client({
+        ...connection,
+        statement_timeout: MIGRATION_TIMEOUT_MS,
+        query_timeout: MIGRATION_TIMEOUT_MS + CLIENT_GRACE_MS,
+      });
+      client.on('error', ignore);
+      try {
+        await client.connect();
+        const names: string[] = [];
+        await client.query('BEGIN');
+        try {
+          // Instances starting together migrate one at a time; the others then find nothing to do.
+          await client.query(takeLock(MIGRATE_LOCK));
+          await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+            version INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            applied_at TIMESTAMPTZ NOT NULL
+          )`);
+          const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+          const applied = new Set(rows.map((row) => row.version));
+          for (const migration of readMigrations('postgres')) {
+            if (applied.has(migration.version)) continue;
+            await client.query(migration.sql);
+            await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, now())', [
+              migration.version,
+              migration.name,
+            ]);
+            names.push(migration.name);
+          }
+          await client.query('COMMIT');
+        } catch (error) {
+          // On a lost or timed-out connection, closing it is the rollback.
+          if (!isUnavailable(error)) await client.query('ROLLBACK').catch(ignore);
+          throw error;
+        }
+        return names;
+      } catch (error) {
+        throw translate(error);
+      } finally {
+        await client.end().catch(ignore);
+      }
+    },
+
+    async ping() {
+      await query('ping');
+    },
+
+    async createPet(pet: NewPetRecord) {
+      const { rows } = await query<PetRow>('insertPet', [pet.name, pet.categoryId, pet.status]);
+      return toPet(rows[0]!);
+    },
+
+    async getPet(id: bigint) {
+      const { rows } = await query<PetRow>('getPet', [id]);
+      return rows[0] && toPet(rows[0]);
+    },
+
+    async listPets({ status, afterId = 0n, limit }: ListQuery) {
+      const { rows } = status
+        ? await query<PetRow>('listByStatus', [status, afterId, limit])
+        : await query<PetRow>('listAll', [afterId, limit]);
+      return rows.map(toPet);
+    },
+
+    async createKey(key: NewKeyRecord) {
+      const { rows } = await query<KeyRow>('insertKey', [key.name, key.hint, key.hash, key.createdAt]);
+      return toKey(rows[0]!);
+    },
+
+    async findActiveKey(hash: Buffer) {
+      const { rows } = await query<{ id: bigint; hash: Buffer }>('findKey', [hash]);
+      return rows[0] && { id: Number(rows[0].id), hash: rows[0].hash };
+    },
+
+    async listKeys() {
+      const { rows } = await query<KeyRow>('listKeys');
+      return rows.map(toKey);
+    },
+
+    async revokeKey(id: number, at: Date) {
+      const { rowCount } = await query('revokeKey', [at, id]);
+      return (rowCount ?? 0) > 0;
+    },
+
+    async createFirstKey(key: NewKeyRecord) {
+      // READ COMMITTED takes a new snapshot per statement: once the lock is ours, NOT EXISTS sees
+      // any key another instance committed while we waited.
+      const row = await inTransaction(async (client) => {
+        await query('lockFirstKey', [], client);
+        const { rows } = await query<KeyRow>('insertFirstKey', [key.name, key.hint, key.hash, key.createdAt], client);
+        return rows[0];
+      });
+      return row && toKey(row);
+    },
+
+    async close() {
+      closed ??= pool.end();
+      await closed;
+    },
+  };
+}

@@ -1,0 +1,149 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import type { InjectOptions } from 'fastify';
+import { issueKey } from '../src/keys/cli.js';
+import { openSqliteStore } from '../src/store/sqlite.js';
+import { addPet, assertError, startApp, tempSqliteStore } from './helpers.js';
+
+const CHALLENGE = 'Bearer realm="petstore"';
+const INVALID_TOKEN = 'Bearer realm="petstore", error="invalid_token"';
+
+const operations: InjectOptions[] = [
+  { method: 'GET', url: '/v1/pets' },
+  { method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 7 } },
+  { method: 'GET', url: '/v1/pets/1' },
+];
+
+function assertRefused(response: Awaited<ReturnType<Awaited<ReturnType<typeof startApp>>['call']>>, challenge: string) {
+  assertError(response, 401, 'unauthorized');
+  assert.equal(response.headers['www-authenticate'], challenge);
+}
+
+test('returns 401 with a Bearer challenge on every operation when no Authorization header is sent', async (t) => {
+  const { app, call } = await startApp(t);
+  await addPet({ call });
+  for (const operation of operations) {
+    assertRefused(await app.inject(operation), CHALLENGE);
+  }
+});
+
+test('returns 401 when the Authorization header is empty', async (t) => {
+  const { app } = await startApp(t);
+  for (const operation of operations) {
+    assertRefused(await app.inject({ ...operation, headers: { authorization: '' } }), CHALLENGE);
+  }
+});
+
+test('returns 401 when the scheme is Basic', async (t) => {
+  const { app, key } = await startApp(t);
+  const basic = `Basic ${Buffer.from(`user:${key}`).toString('base64')}`;
+  for (const operation of operations) {
+    assertRefused(await app.inject({ ...operation, headers: { authorization: basic } }), CHALLENGE);
+  }
+});
+
+test('returns 401 when the key is sent with another scheme or none', async (t) => {
+  const { app, key } = await startApp(t);
+  for (const authorization of [key, `Token ${key}`, `Bearerx ${key}`, `ApiKey ${key}`]) {
+    assertRefused(await app.inject({ method: 'GET', url: '/v1/pets', headers: { authorization } }), CHALLENGE);
+  }
+});
+
+test('returns 401 without error="invalid_token" when the bearer token is empty', async (t) => {
+  const { app } = await startApp(t);
+  for (const authorization of ['Bearer', 'Bearer ', 'bearer    ']) {
+    for (const operation of operations) {
+      assertRefused(await app.inject({ ...operation, headers: { authorization } }), CHALLENGE);
+    }
+  }
+});
+
+test('returns 401 with error="invalid_token" when the key is unknown', async (t) => {
+  const { app, key } = await startApp(t);
+  const unknown = key.slice(0, -1) + (key.endsWith('A') ? 'B' : 'A');
+  for (const token of [unknown, 'psk_unknown', 'not-a-key', 'psk_$%^', `${key}x`]) {
+    for (const operation of operations) {
+      assertRefused(await app.inject({ ...operation, headers: { authorization: `Bearer ${token}` } }), INVALID_TOKEN);
+    }
+  }
+});
+
+test('returns 401 with error="invalid_token" when the key was revoked', async (t) => {
+  const { app, store } = await startApp(t);
+  const { key, record } = await issueKey(store, 'soon revoked');
+  const headers = { authorization: `Bearer ${key}` };
+  assert.equal((await app.inject({ method: 'GET', url: '/v1/pets', headers })).statusCode, 200);
+  assert.equal(await store.revokeKey(record.id, new Date()), true);
+  for (const operation of operations) {
+    assertRefused(await app.inject({ ...operation, headers }), INVALID_TOKEN);
+  }
+});
+
+test('a key revoked through one instance is refused by another sharing the database', async (t) => {
+  const { path } = await tempSqliteStore(t);
+  const first = openSqliteStore(path);
+  const second = openSqliteStore(path);
+  t.after(() => first.close());
+  t.after(() => second.close());
+  await first.migrate();
+  await second.migrate();
+  const one = await startApp(t, { store: first });
+  const other = await startApp(t, { store: second });
+  const { key, record } = await issueKey(first, 'shared');
+  const headers = { authorization: `Bearer ${key}` };
+  assert.equal((await other.app.inject({ method: 'GET', url: '/v1/pets', headers })).statusCode, 200);
+  assert.equal(await one.store.revokeKey(record.id, new Date()), true);
+  // Within one second by the contract; the clocks move on by that second.
+  for (const app of [one, other]) app.clock.set(app.clock.now() + 1000);
+  for (const app of [one, other]) {
+    assertRefused(await app.app.inject({ method: 'GET', url: '/v1/pets', headers }), INVALID_TOKEN);
+  }
+});
+
+test('refusing a revoked key leaves the other keys working', async (t) => {
+  const { store, call } = await startApp(t);
+  const { record } = await issueKey(store, 'other');
+  await store.revokeKey(record.id, new Date());
+  assert.equal((await call({ method: 'GET', url: '/v1/pets' })).statusCode, 200);
+});
+
+test('accepts the Bearer scheme name in any case', async (t) => {
+  const { app, key, call } = await startApp(t);
+  await addPet({ call });
+  for (const scheme of ['Bearer', 'bearer', 'BEARER', 'bEaReR']) {
+    for (const operation of operations) {
+      const response = await app.inject({ ...operation, headers: { authorization: `${scheme} ${key}` } });
+      assert.ok([200, 201].includes(response.statusCode), `${scheme}: ${response.statusCode} ${response.body}`);
+    }
+  }
+});
+
+test('issues keys as psk_ followed by URL-safe characters, each different', async (t) => {
+  const { store } = await tempSqliteStore(t);
+  const keys = new Set<string>();
+  for (let i = 0; i < 20; i++) {
+    const { key } = await issueKey(store, `key ${i}`);
+    assert.match(key, /^psk_[A-Za-z0-9_-]{43,}$/);
+    keys.add(key);
+  }
+  assert.equal(keys.size, 20);
+});
+
+test('stores no key in the database file, only what cannot give it back', async (t) => {
+  const { store, path } = await tempSqliteStore(t);
+  const { key } = await issueKey(store, 'secret');
+  const listed = JSON.stringify(await store.listKeys());
+  assert.ok(!listed.includes(key));
+  await store.close();
+  for (const file of [path, `${path}-wal`]) {
+    let bytes: Buffer;
+    try {
+      bytes = readFileSync(file);
+    } catch {
+      continue;
+    }
+    assert.equal(bytes.includes(key), false, `${file} holds the key`);
+    assert.equal(bytes.includes(key.slice(4)), false, `${file} holds the key's random part`);
+  }
+});

@@ -1,0 +1,116 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { childEnv, runCli, startServer } from './process.js';
+
+const KEY = /^psk_[A-Za-z0-9_-]{43}$/;
+
+test('keys create prints the new key alone on standard output', async (t) => {
+  const env = childEnv(t);
+  const { code, stdout, stderr } = await runCli(['keys', 'create', '--name', 'ci'], env);
+  assert.equal(code, 0, stderr);
+  assert.match(stdout.trim(), KEY);
+  assert.match(stderr, /shown only this once/);
+});
+
+test('keys create --json prints one JSON line a script can parse', async (t) => {
+  const env = childEnv(t);
+  const { code, stdout } = await runCli(['keys', 'create', '--name', 'deploy bot', '--json'], env);
+  assert.equal(code, 0);
+  const created = JSON.parse(stdout);
+  assert.deepEqual(Object.keys(created), ['id', 'name', 'key', 'createdAt']);
+  assert.equal(created.name, 'deploy bot');
+  assert.match(created.key, KEY);
+});
+
+test('keys list shows names and hints but never a key', async (t) => {
+  const env = childEnv(t);
+  const created = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
+  const { code, stdout } = await runCli(['keys', 'list'], env);
+  assert.equal(code, 0);
+  assert.match(stdout, /\bci\b/);
+  assert.ok(stdout.includes(created.key.slice(0, 10)), 'the hint is shown');
+  assert.ok(!stdout.includes(created.key), 'the key is not shown');
+  assert.ok(!stdout.includes(created.key.slice(10)), 'no secret part is shown');
+});
+
+test('keys revoke marks the key revoked, and refuses an unknown id', async (t) => {
+  const env = childEnv(t);
+  const created = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
+  assert.equal((await runCli(['keys', 'revoke', String(created.id)], env)).code, 0);
+  const listed = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout);
+  assert.notEqual(listed.revokedAt, null);
+  const again = await runCli(['keys', 'revoke', String(created.id)], env);
+  assert.equal(again.code, 1);
+  assert.match(again.stderr, /No active key has id/);
+});
+
+test('a bad command or argument prints usage and exits 2', async (t) => {
+  const env = childEnv(t);
+  for (const args of [[], ['fly'], ['keys', 'create'], ['keys', 'revoke', 'abc'], ['keys', 'list', '--bogus']]) {
+    const { code, stderr } = await runCli(args, env);
+    assert.equal(code, 2, args.join(' '));
+    assert.match(stderr, /Usage: petstore/, args.join(' '));
+  }
+});
+
+test('--help lists the commands and every setting', async (t) => {
+  const { code, stdout } = await runCli(['--help'], childEnv(t));
+  assert.equal(code, 0);
+  for (const word of ['serve', 'migrate', 'keys create', 'PORT', 'PETSTORE_DB', 'PETSTORE_PUBLIC_URL']) {
+    assert.ok(stdout.includes(word), word);
+  }
+});
+
+test('a bad setting stops start-up with a message naming the variable', async (t) => {
+  const { code, stderr } = await runCli(['serve'], childEnv(t, { PORT: 'eighty' }));
+  assert.equal(code, 2);
+  assert.match(stderr, /^petstore: PORT must be an integer from 0 to 65535 \(got "eighty"\)/);
+});
+
+test('migrate applies the migrations once', async (t) => {
+  const env = childEnv(t);
+  assert.match((await runCli(['migrate'], env)).stderr, /Applied 001_pets_and_keys/);
+  assert.match((await runCli(['migrate'], env)).stderr, /up to date/);
+});
+
+test('first start with no key prints one that works; the next start prints none', async (t) => {
+  const env = childEnv(t);
+  const first = await startServer(t, env);
+  const [, key] = await first.waitForOutput(/Try it: .*Bearer (psk_[A-Za-z0-9_-]{43})/);
+  const response = await fetch(`${first.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } });
+  assert.equal(response.status, 200);
+  first.child.kill('SIGTERM');
+  assert.equal((await first.exited).code, 0);
+
+  const second = await startServer(t, env);
+  second.child.kill('SIGTERM');
+  await second.exited;
+  assert.doesNotMatch(second.stderr(), /psk_/);
+});
+
+test('a key revoked from the command line is refused by a running server at once', async (t) => {
+  const env = childEnv(t);
+  const created = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
+  const server = await startServer(t, env);
+  const get = () => fetch(`${server.url}/v1/pets`, { headers: { authorization: `Bearer ${created.key}` } });
+  assert.equal((await get()).status, 200);
+  await runCli(['keys', 'revoke', String(created.id)], env);
+  const refused = await get();
+  assert.equal(refused.status, 401);
+  assert.equal(refused.headers.get('www-authenticate'), 'Bearer realm="petstore", error="invalid_token"');
+});
+
+test('serve never logs a key', async (t) => {
+  const env = childEnv(t, { LOG_LEVEL: 'trace' });
+  const created = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
+  const server = await startServer(t, env);
+  let logs = '';
+  server.child.stdout!.on('data', (chunk) => (logs += chunk));
+  await fetch(`${server.url}/v1/pets`, { headers: { authorization: `Bearer ${created.key}` } });
+  await fetch(`${server.url}/v1/pets`, { headers: { authorization: 'Bearer psk_wrong' } });
+  server.child.kill('SIGTERM');
+  await server.exited;
+  assert.match(logs, /request completed/);
+  assert.ok(!logs.includes(created.key.slice(4)), 'no key in the logs');
+  assert.ok(!logs.includes('psk_wrong'), 'no refused token in the logs');
+});

@@ -1,0 +1,100 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Validator } from '@seriousme/openapi-schema-validator';
+import { errorCodes } from '../src/schemas.js';
+import { startApp } from './helpers.js';
+
+async function fetchDocument(t: Parameters<typeof startApp>[0], env?: Record<string, string>) {
+  const { app } = await startApp(t, { env });
+  const response = await app.inject({ url: '/v1/openapi.json' });
+  assert.equal(response.statusCode, 200);
+  assert.match(String(response.headers['content-type']), /^application\/json/);
+  return JSON.parse(response.body);
+}
+
+test('serves a valid OpenAPI 3.1 document without a key', async (t) => {
+  const document = await fetchDocument(t);
+  assert.equal(document.openapi, '3.1.0');
+  assert.equal(document.info.version, '1.0.0');
+  const result = await new Validator().validate(document);
+  assert.equal(result.valid, true, JSON.stringify(result.errors, null, 2));
+});
+
+test('lists the three operations by their contract names, getPet deprecated', async (t) => {
+  const { paths } = await fetchDocument(t);
+  assert.equal(paths['/pets'].get.operationId, 'listPets');
+  assert.equal(paths['/pets'].post.operationId, 'createPet');
+  assert.equal(paths['/pets/{petId}'].get.operationId, 'getPet');
+  assert.equal(paths['/pets/{petId}'].get.deprecated, true);
+  assert.equal(paths['/pets'].get.deprecated, undefined);
+  for (const operation of [paths['/pets'].get, paths['/pets'].post, paths['/pets/{petId}'].get]) {
+    assert.deepEqual(operation.security, [{ apiKey: [] }]);
+  }
+});
+
+test('documents each status the operations answer with the Error body', async (t) => {
+  const { paths } = await fetchDocument(t);
+  const statuses = (operation: { responses: object }) => Object.keys(operation.responses).sort();
+  assert.deepEqual(statuses(paths['/pets'].get), ['200', '400', '401', '431', '500', '503']);
+  assert.deepEqual(statuses(paths['/pets'].post), ['201', '400', '401', '413', '415', '431', '500', '503']);
+  assert.deepEqual(statuses(paths['/pets/{petId}'].get), ['200', '401', '404', '410', '431', '500', '503']);
+  const errorRef = paths['/pets'].post.responses['415'].content['application/json'].schema.$ref;
+  assert.equal(errorRef, '#/components/schemas/Error');
+});
+
+test('lists every error code of the contract', async (t) => {
+  const { components } = await fetchDocument(t);
+  assert.deepEqual(components.schemas.Error.properties.code.enum, Object.keys(errorCodes));
+  assert.deepEqual(components.schemas.Error.required, ['code', 'message', 'status']);
+  assert.equal(components.schemas.Error.additionalProperties, false);
+});
+
+test('describes the schemas of the contract, int64 exact and no unknown fields', async (t) => {
+  const { components } = await fetchDocument(t);
+  const { Pet, NewPet, PetStatus } = components.schemas;
+  assert.deepEqual(PetStatus.enum, ['available', 'pending', 'sold']);
+  assert.deepEqual(NewPet.required, ['name', 'categoryId']);
+  assert.deepEqual(Pet.required, ['id', 'name', 'categoryId', 'status']);
+  assert.equal(NewPet.additionalProperties, false);
+  assert.deepEqual(
+    [Pet.properties.id.format, Pet.properties.categoryId.format, NewPet.properties.categoryId.format],
+    ['int64', 'int64', 'int64'],
+  );
+});
+
+test('lists production and staging base addresses from configuration', async (t) => {
+  const document = await fetchDocument(t, {
+    PETSTORE_PUBLIC_URL: 'https://api.example.com/v1',
+    PETSTORE_STAGING_URL: 'https://staging.example.com/v1/',
+  });
+  assert.deepEqual(document.servers, [
+    { url: 'https://api.example.com/v1', description: 'production' },
+    { url: 'https://staging.example.com/v1', description: 'staging' },
+  ]);
+});
+
+test('the production address follows HOST and PORT when it is not set', async (t) => {
+  const document = await fetchDocument(t, { PORT: '9090' });
+  assert.equal(document.servers[0].url, 'http://127.0.0.1:9090/v1');
+});
+
+test('documents the deprecation headers and limit rules', async (t) => {
+  const { paths } = await fetchDocument(t);
+  assert.deepEqual(Object.keys(paths['/pets/{petId}'].get.responses['200'].headers), ['Deprecation', 'Sunset', 'Link']);
+  const limit = paths['/pets'].get.parameters.find((p: { name: string }) => p.name === 'limit');
+  assert.deepEqual([limit.schema.minimum, limit.schema.maximum, limit.schema.default], [1, 100, 20]);
+});
+
+test('serves the interactive documentation page with its assets locally', async (t) => {
+  const { app } = await startApp(t);
+  const page = await app.inject({ url: '/docs' });
+  assert.equal(page.statusCode, 200);
+  assert.match(String(page.headers['content-type']), /^text\/html/);
+  const assets = [...page.body.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!);
+  assert.ok(assets.length > 0);
+  for (const asset of assets) {
+    assert.doesNotMatch(asset, /^(https?:)?\/\//, `${asset} would leave the machine`);
+    const response = await app.inject({ url: new URL(asset, 'http://local/docs/').pathname });
+    assert.equal(response.statusCode, 200, asset);
+  }
+});

@@ -1,0 +1,53 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ConfigError, loadConfig } from '../src/config.js';
+import { openStore } from '../src/store/open.js';
+import { StoreUnavailableError } from '../src/store/store.js';
+import { childEnv, runCli } from './process.js';
+import { createPostgresSchema, postgresSkip } from './stores.js';
+
+test('DATABASE_URL chooses PostgreSQL; absent or empty, SQLite', async (t) => {
+  assert.equal(loadConfig({}).databaseUrl, undefined);
+  assert.equal(loadConfig({ DATABASE_URL: '' }).databaseUrl, undefined);
+  const config = loadConfig({
+    DATABASE_URL: 'postgresql://petstore@127.0.0.1:1/petstore',
+    PETSTORE_DB_TIMEOUT_MS: '500',
+  });
+  const store = await openStore(config);
+  t.after(() => store.close());
+  await assert.rejects(store.ping(), StoreUnavailableError);
+});
+
+test('DATABASE_URL must be a postgres URL, and a refused one is never echoed with its password', () => {
+  assert.throws(
+    () => loadConfig({ DATABASE_URL: 'mysql://admin:hunter2@db/petstore' }),
+    (error: Error) =>
+      error instanceof ConfigError &&
+      error.message.startsWith('DATABASE_URL must be a postgres:// or postgresql:// URL') &&
+      !error.message.includes('hunter2'),
+  );
+  assert.throws(
+    () => loadConfig({ DATABASE_URL: 'hunter2' }),
+    (error: Error) => !error.message.includes('hunter2'),
+  );
+});
+
+test('PETSTORE_PG_POOL_SIZE and PETSTORE_DB_TIMEOUT_MS have defaults and bounds', () => {
+  const config = loadConfig({});
+  assert.equal(config.pgPoolSize, 10);
+  assert.equal(config.dbTimeoutMs, 5000);
+  assert.throws(() => loadConfig({ PETSTORE_PG_POOL_SIZE: '0' }), /PETSTORE_PG_POOL_SIZE must be an integer from 1/);
+  assert.throws(() => loadConfig({ PETSTORE_DB_TIMEOUT_MS: 'soon' }), /PETSTORE_DB_TIMEOUT_MS must be an integer/);
+});
+
+test('petstore migrate and keys create work on PostgreSQL through DATABASE_URL', { skip: postgresSkip }, async (t) => {
+  const env = childEnv(t, { DATABASE_URL: await createPostgresSchema(t) });
+  const first = await runCli(['migrate'], env);
+  assert.equal(first.code, 0, first.stderr);
+  assert.match(first.stderr, /Applied 001_pets_and_keys\./);
+  const again = await runCli(['migrate'], env);
+  assert.match(again.stderr, /The database is up to date\./);
+  const created = await runCli(['keys', 'create', '--name', 'ci', '--json'], env);
+  assert.equal(created.code, 0, created.stderr);
+  assert.equal(JSON.parse(created.stdout).id, 1);
+});

@@ -1,0 +1,195 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { describe, test, type TestContext } from 'node:test';
+import type { NewKeyRecord, Store } from '../src/store/store.js';
+import { storeKinds, type TestDatabase } from './stores.js';
+
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
+
+function newKey(name = 'test', createdAt = new Date('2026-11-22T10:00:00.123Z')): NewKeyRecord {
+  return { name, hint: 'psk_abcd', hash: randomBytes(32), createdAt };
+}
+
+for (const kind of storeKinds) {
+  describe(`the Store contract on ${kind.name}`, () => {
+    // Skipped test by test, so the run's summary counts them.
+    const it = (name: string, fn: (t: TestContext) => Promise<void>) => test(name, { skip: kind.skip }, fn);
+
+    async function migrated(t: TestContext): Promise<[Store, TestDatabase]> {
+      const database = await kind.createDatabase(t);
+      const store = database.open();
+      await store.migrate();
+      return [store, database];
+    }
+
+    it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {
+      const database = await kind.createDatabase(t);
+      const store = database.open();
+      assert.deepEqual(await store.migrate(), ['001_pets_and_keys']);
+      const pet = await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
+      assert.deepEqual(await store.migrate(), []);
+      assert.deepEqual(await store.getPet(pet.id), pet);
+    });
+
+    it('two instances migrating the same database at the same moment apply each step once', async (t) => {
+      const database = await kind.createDatabase(t);
+      const stores = [database.open(), database.open(), database.open()];
+      const applied = await Promise.all(stores.map((store) => store.migrate()));
+      assert.deepEqual(applied.flat(), ['001_pets_and_keys']);
+      for (const store of stores) await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
+      assert.equal((await stores[0]!.listPets({ limit: 10 })).length, 3);
+    });
+
+    it('ping resolves when the database answers', async (t) => {
+      const [store] = await migrated(t);
+      await store.ping();
+    });
+
+    it('createPet returns the animal with a positive bigint id; getPet returns it', async (t) => {
+      const [store] = await migrated(t);
+      const pet = await store.createPet({ name: 'Zoë 🐈', categoryId: 7n, status: 'pending' });
+      assert.equal(typeof pet.id, 'bigint');
+      assert.ok(pet.id > 0n);
+      assert.deepEqual(pet, { id: pet.id, name: 'Zoë 🐈', categoryId: 7n, status: 'pending' });
+      assert.deepEqual(await store.getPet(pet.id), pet);
+      assert.equal(await store.getPet(pet.id + 1n), undefined);
+      assert.equal(await store.getPet(INT64_MAX), undefined);
+    });
+
+    it('categoryId round-trips exactly across the whole int64 range', async (t) => {
+      const [store] = await migrated(t);
+      const values = [INT64_MIN, INT64_MIN + 1n, -(2n ** 53n) - 1n, -1n, 0n, 2n ** 53n + 1n, INT64_MAX - 1n, INT64_MAX];
+      const created = [];
+      for (const categoryId of values) created.push(await store.createPet({ name: 'n', categoryId, status: 'sold' }));
+      for (const [i, pet] of created.entries()) {
+        assert.equal(pet.categoryId, values[i]);
+        assert.equal((await store.getPet(pet.id))!.categoryId, values[i]);
+      }
+      const listed = await store.listPets({ limit: 100 });
+      assert.deepEqual(
+        listed.map((pet) => pet.categoryId),
+        values,
+      );
+      assert.ok(listed.every((pet) => typeof pet.categoryId === 'bigint' && typeof pet.id === 'bigint'));
+    });
+
+    it('ids increase in creation order and are never reused, even after the newest row is gone', async (t) => {
+      const [store, database] = await migrated(t);
+      const first = await store.createPet({ name: 'a', categoryId: 1n, status: 'available' });
+      const second = await store.createPet({ name: 'b', categoryId: 1n, status: 'available' });
+      assert.ok(second.id > first.id);
+      await database.execute(`DELETE FROM pets WHERE id = ${second.id}`);
+      const third = await store.createPet({ name: 'c', categoryId: 1n, status: 'available' });
+      assert.ok(third.id > second.id, `id ${third.id} reuses or precedes ${second.id}`);
+    });
+
+    it('listPets returns ascending ids, at most limit, after afterId, filtered by status', async (t) => {
+      const [store] = await migrated(t);
+      const statuses = ['available', 'sold', 'available', 'pending', 'available', 'sold'] as const;
+      const pets = [];
+      for (const [i, status] of statuses.entries()) {
+        pets.push(await store.createPet({ name: `pet ${i}`, categoryId: BigInt(i), status }));
+      }
+      assert.deepEqual(await store.listPets({ limit: 100 }), pets);
+      assert.deepEqual(await store.listPets({ limit: 2 }), pets.slice(0, 2));
+      assert.deepEqual(await store.listPets({ limit: 2, afterId: pets[1]!.id }), pets.slice(2, 4));
+      assert.deepEqual(await store.listPets({ limit: 100, afterId: pets[5]!.id }), []);
+      const available = pets.filter((pet) => pet.status === 'available');
+      assert.deepEqual(await store.listPets({ limit: 100, status: 'available' }), available);
+      assert.deepEqual(await store.listPets({ limit: 1, status: 'available', afterId: available[0]!.id }), [
+        available[1],
+      ]);
+      assert.deepEqual(await store.listPets({ limit: 100, status: 'pending' }), [pets[3]]);
+      assert.deepEqual(await store.listPets({ limit: 100, afterId: 0n }), pets);
+    });
+
+    it('keyset paging visits every animal exactly once, in order, while more are added', async (t) => {
+      const [store] = await migrated(t);
+      const before = [];
+      for (let i = 0; i < 7; i++) before.push(await store.createPet({ name: `p${i}`, categoryId: 1n, status: 'sold' }));
+      const seen = [];
+      let afterId: bigint | undefined;
+      for (let page = 0; page < 20; page++) {
+        const pets = await store.listPets({ limit: 3, afterId, status: 'sold' });
+        seen.push(...pets);
+        if (pets.length < 3) break;
+        afterId = pets.at(-1)!.id;
+        await store.createPet({ name: 'late', categoryId: 2n, status: 'sold' });
+      }
+      assert.deepEqual(seen.slice(0, before.length), before);
+      assert.equal(new Set(seen.map((pet) => pet.id)).size, seen.length);
+    });
+
+    it('50 concurrent createPet calls all get distinct ids, and all are kept', async (t) => {
+      const [store] = await migrated(t);
+      const created = await Promise.all(
+        Array.from({ length: 50 }, (_, i) =>
+          store.createPet({ name: `pet ${i}`, categoryId: BigInt(i), status: 'available' }),
+        ),
+      );
+      assert.equal(new Set(created.map((pet) => pet.id)).size, 50);
+      const listed = await store.listPets({ limit: 100 });
+      assert.equal(listed.length, 50);
+      assert.deepEqual(
+        listed.map((pet) => pet.id),
+        created.map((pet) => pet.id).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)),
+      );
+    });
+
+    it('createKey stores a key that findActiveKey finds by hash and listKeys lists', async (t) => {
+      const [store] = await migrated(t);
+      const input = newKey('ci');
+      const record = await store.createKey(input);
+      assert.equal(typeof record.id, 'number');
+      assert.deepEqual(record, {
+        id: record.id,
+        name: 'ci',
+        hint: 'psk_abcd',
+        createdAt: input.createdAt,
+        revokedAt: null,
+      });
+      const found = await store.findActiveKey(input.hash);
+      assert.deepEqual(found, { id: record.id, hash: input.hash });
+      assert.equal(await store.findActiveKey(randomBytes(32)), undefined);
+      const other = await store.createKey(newKey('ops'));
+      assert.deepEqual(await store.listKeys(), [record, other]);
+    });
+
+    it('revokeKey refuses the key from then on; revoking it again, or an unknown id, is false', async (t) => {
+      const [store] = await migrated(t);
+      const input = newKey();
+      const record = await store.createKey(input);
+      const at = new Date('2026-11-23T00:00:00.456Z');
+      assert.equal(await store.revokeKey(record.id, at), true);
+      assert.equal(await store.findActiveKey(input.hash), undefined);
+      assert.equal(await store.revokeKey(record.id, new Date()), false);
+      assert.equal(await store.revokeKey(record.id + 1000, new Date()), false);
+      assert.deepEqual(await store.listKeys(), [{ ...record, revokedAt: at }]);
+    });
+
+    it('createFirstKey creates a key only when there is none at all', async (t) => {
+      const [store] = await migrated(t);
+      const first = await store.createFirstKey(newKey('first'));
+      assert.equal(first?.name, 'first');
+      assert.equal(await store.createFirstKey(newKey('second')), undefined);
+      assert.equal((await store.listKeys()).length, 1);
+
+      const [other] = await migrated(t);
+      await other.createKey(newKey('made by hand'));
+      assert.equal(await other.createFirstKey(newKey('first')), undefined);
+    });
+
+    it('10 concurrent createFirstKey calls on two instances create exactly one key', async (t) => {
+      const database = await kind.createDatabase(t);
+      const stores = [database.open(), database.open()];
+      await Promise.all(stores.map((store) => store.migrate()));
+      const results = await Promise.all(
+        Array.from({ length: 10 }, (_, i) => stores[i % 2]!.createFirstKey(newKey(`first ${i}`))),
+      );
+      const created = results.filter((record) => record !== undefined);
+      assert.equal(created.length, 1);
+      assert.deepEqual(await stores[0]!.listKeys(), created);
+    });
+  });
+}
