@@ -119,7 +119,10 @@ export const ListPetsQuery = Type.Object(
 export type ListPetsQuery = { limit: number; status?: PetStatus; cursor?: string };
 
 export const GetPetParams = Type.Object({
-  petId: Int64({ minimum: 1, description: 'petId is a positive integer id of an animal.' }),
+  petId: Int64({
+    minimum: 1,
+    description: 'petId is the id of an animal, a positive int64 written in decimal digits.',
+  }),
 });
 export type GetPetParams = { petId: bigint };
 

@@ -150,3 +150,15 @@ test('listPets and createPet carry no Deprecation, Sunset or successor Link, eve
     assert.equal(response.headers.link, undefined);
   }
 });
+
+test('a malformed petId is a 404 whose message names petId and its rule', async (t) => {
+  const app = await startApp(t);
+  for (const petId of ['abc', '-1', '0', '1.5', '99999999999999999999']) {
+    const response = await app.call({ method: 'GET', url: `/v1/pets/${petId}` });
+    assert.equal(
+      response.body,
+      '{"code":"not_found","message":"Nothing is at this path: petId is the id of an animal, a positive int64 written in decimal digits.","status":404}',
+      petId,
+    );
+  }
+});

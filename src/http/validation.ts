@@ -1,6 +1,6 @@
 import { Ajv, type ErrorObject, type SchemaObject } from 'ajv';
 import type { FastifySchema } from 'fastify';
-import { ApiError, notFound } from '../errors.js';
+import { ApiError } from '../errors.js';
 import { INT64_MAX, INT64_MIN, sharedSchemas } from '../schemas.js';
 
 type Part = 'body' | 'querystring' | 'params' | 'headers';
@@ -106,7 +106,12 @@ export function compileValidator({ schema, httpPart }: { schema: FastifySchema; 
         : data;
       if (validate(value)) return { value };
       // A path that names no animal is not found, however it is malformed (CONTRACT.md getPet).
-      if (part === 'params') return { error: notFound() };
+      if (part === 'params') {
+        const rule = validate.errors!.at(-1)!.parentSchema?.description;
+        return {
+          error: new ApiError('not_found', `Nothing is at this path: ${rule ?? 'a path parameter is invalid.'}`),
+        };
+      }
       return { error: new ApiError('invalid_request', describe(validate.errors!.at(-1)!, part)) };
     } catch (error) {
       return { error: error as Error };
