@@ -9,6 +9,7 @@ import type { Clock } from '../src/clock.js';
 import { loadConfig, type Config } from '../src/config.js';
 import { issueKey } from '../src/keys/cli.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
+import { freshPostgresStore, postgresSkip } from './stores.js';
 import type { Store } from '../src/store/store.js';
 
 /** A clock the test moves by hand. */
@@ -30,6 +31,19 @@ export async function tempSqliteStore(t: TestContext): Promise<{ store: Store; p
   return { store, path };
 }
 
+/**
+ * The store HTTP tests run on when they name none: SQLite, or a fresh PostgreSQL schema when
+ * `PETSTORE_TEST_STORE=postgres` (`npm test` runs the HTTP files both ways).
+ */
+async function defaultStore(t: TestContext): Promise<Store> {
+  if (process.env.PETSTORE_TEST_STORE !== 'postgres') return (await tempSqliteStore(t)).store;
+  if (postgresSkip) {
+    t.skip(`${postgresSkip}: SKIPPED on PostgreSQL`);
+    return (await tempSqliteStore(t)).store;
+  }
+  return freshPostgresStore(t);
+}
+
 export interface TestApp {
   app: FastifyInstance;
   store: Store;
@@ -45,7 +59,7 @@ export async function startApp(
   t: TestContext,
   { env = {}, store: given }: { env?: Record<string, string>; store?: Store } = {},
 ): Promise<TestApp> {
-  const store = given ?? (await tempSqliteStore(t)).store;
+  const store = given ?? (await defaultStore(t));
   const config = loadConfig({ ...env });
   const clock = manualClock();
   const app = await buildApp({ config, store, clock, logger: false });

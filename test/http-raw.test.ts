@@ -1,11 +1,14 @@
 import assert from 'node:assert/strict';
 import { connect, type AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { startApp } from './helpers.js';
+import { startApp, tempSqliteStore } from './helpers.js';
 
-/** The whole app listening on a real socket, so Node's own HTTP parser sees every byte. */
+/**
+ * The whole app listening on a real socket, so Node's own HTTP parser sees every byte. On
+ * SQLite whatever the run: these tests are about the parser, and `exchange` half-closes.
+ */
 async function listen(t: TestContext) {
-  const app = await startApp(t);
+  const app = await startApp(t, { store: (await tempSqliteStore(t)).store });
   await app.app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.app.server.address() as AddressInfo;
   return { ...app, port };
