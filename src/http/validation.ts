@@ -45,7 +45,7 @@ for (const schema of sharedSchemas) ajv.addSchema(forAjv(schema) as SchemaObject
 const DIGITS = /^(0|[1-9][0-9]*)$/;
 
 // Query and path values arrive as strings; an integer is accepted only as plain decimal digits.
-function coerceStrings(data: Record<string, unknown>, schema: SchemaObject, part: Part): Record<string, unknown> {
+function coerceStrings(data: Record<string, unknown>, schema: SchemaObject): Record<string, unknown> {
   const properties = (schema.properties ?? {}) as Record<string, SchemaObject>;
   // No prototype, so a `__proto__` parameter stays a parameter and is refused as unknown.
   const out: Record<string, unknown> = Object.create(null);
@@ -65,7 +65,6 @@ function coerceStrings(data: Record<string, unknown>, schema: SchemaObject, part
       out[key] = value;
     }
   }
-  void part;
   return out;
 }
 
@@ -101,9 +100,7 @@ export function compileValidator({ schema, httpPart }: { schema: FastifySchema; 
   const stringly = part === 'querystring' || part === 'params';
   return (data: unknown) => {
     try {
-      const value = stringly
-        ? coerceStrings((data ?? {}) as Record<string, unknown>, schema as SchemaObject, part)
-        : data;
+      const value = stringly ? coerceStrings((data ?? {}) as Record<string, unknown>, schema as SchemaObject) : data;
       if (validate(value)) return { value };
       // A path that names no animal is not found, however it is malformed (CONTRACT.md getPet).
       if (part === 'params') {
