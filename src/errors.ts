@@ -28,6 +28,11 @@ export class ApiError extends Error {
 export const notFound = () =>
   new ApiError('not_found', 'No resource is at this path; the operations are listed at /v1/openapi.json.');
 
+export const unsupportedMediaType = () =>
+  new ApiError('unsupported_media_type', "The request body must be sent with 'Content-Type: application/json'.");
+
+export const unavailable = () => new ApiError('unavailable', 'The database cannot be reached; retry later.');
+
 const codeByStatus = new Map<number, ErrorCode>(
   Object.entries(errorCodes).map(([code, status]) => [status, code as ErrorCode]),
 );
@@ -36,21 +41,17 @@ const codeByStatus = new Map<number, ErrorCode>(
 const fastifyErrors: Record<string, (error: FastifyError) => ApiError> = {
   FST_ERR_CTP_BODY_TOO_LARGE: () =>
     new ApiError('payload_too_large', 'The request body is larger than 16384 bytes; send a smaller body.'),
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: () =>
-    new ApiError('unsupported_media_type', "The request body must be sent with 'Content-Type: application/json'."),
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: unsupportedMediaType,
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: () =>
     new ApiError('invalid_request', 'The Content-Length header does not match the length of the request body.'),
   // A path with a malformed percent-encoding names no resource.
   FST_ERR_BAD_URL: () => notFound(),
-  FST_ERR_CTP_EMPTY_JSON_BODY: () => new ApiError('invalid_request', 'The request body is empty; send a JSON object.'),
 };
 
 /** Turns anything thrown on the request path into the contract's Error body. */
 export function toApiError(error: FastifyError | ApiError): ApiError {
   if (error instanceof ApiError) return error;
-  if (error instanceof StoreUnavailableError) {
-    return new ApiError('unavailable', 'The database cannot be reached; retry later.');
-  }
+  if (error instanceof StoreUnavailableError) return unavailable();
   const known = fastifyErrors[error.code];
   if (known) return known(error);
   const status = error.statusCode ?? 500;

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { ApiError } from '../errors.js';
+import { unavailable } from '../errors.js';
 import type { Store } from '../store/store.js';
 
 /** `/healthz`: the process answers. `/readyz`: and its database does too. Both public. */
@@ -19,7 +19,7 @@ export function registerHealth(app: FastifyInstance, store: Store): void {
         await store.ping();
       } catch (error) {
         request.log.warn({ err: error }, 'database not reachable');
-        throw new ApiError('unavailable', 'The database cannot be reached.');
+        throw unavailable();
       }
       return { status: 'ready' };
     },

@@ -44,28 +44,25 @@ for (const schema of sharedSchemas) ajv.addSchema(forAjv(schema) as SchemaObject
 
 const DIGITS = /^(0|[1-9][0-9]*)$/;
 
-// Query and path values arrive as strings; an integer is accepted only as plain decimal digits.
+/**
+ * Query and path values arrive as strings; an integer is accepted only as plain decimal digits.
+ * Converts in place: the object is the request's own, fresh from the parser (and without a
+ * prototype, so a `__proto__` parameter stays a parameter and is refused as unknown).
+ */
 function coerceStrings(data: Record<string, unknown>, schema: SchemaObject): Record<string, unknown> {
   const properties = (schema.properties ?? {}) as Record<string, SchemaObject>;
-  // No prototype, so a `__proto__` parameter stays a parameter and is refused as unknown.
-  const out: Record<string, unknown> = Object.create(null);
   for (const [key, value] of Object.entries(data)) {
     if (Array.isArray(value)) {
       throw new ApiError('invalid_request', `Query parameter '${key}' must be given at most once.`);
     }
     const property = properties[key];
     if (typeof value === 'string' && property?.type === 'integer' && DIGITS.test(value)) {
-      if (isInt64(property)) {
-        const n = value.length <= 19 ? BigInt(value) : INT64_MAX + 1n;
-        out[key] = n;
-      } else {
-        out[key] = value.length <= 15 ? Number(value) : Number.MAX_SAFE_INTEGER;
-      }
-    } else {
-      out[key] = value;
+      // Too many digits for the type is out of range: the schema refuses it with its own rule.
+      if (isInt64(property)) data[key] = value.length <= 19 ? BigInt(value) : INT64_MAX + 1n;
+      else data[key] = value.length <= 15 ? Number(value) : Number.MAX_SAFE_INTEGER;
     }
   }
-  return out;
+  return data;
 }
 
 const labels: Record<Part, string> = {

@@ -1,7 +1,7 @@
 import type { FastifyInstance, onRequestHookHandler } from 'fastify';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
-import { ApiError } from '../errors.js';
+import { ApiError, unsupportedMediaType } from '../errors.js';
 import {
   commonErrors,
   errorResponse,
@@ -119,10 +119,7 @@ export function createPet(app: FastifyInstance, { store, authenticate }: PetDeps
 // Fastify lets a bodiless POST with no Content-Type through; the contract makes it a 415.
 async function requireJsonBody(request: { headers: Record<string, unknown> }) {
   if (request.headers['content-type'] === undefined) {
-    throw new ApiError(
-      'unsupported_media_type',
-      "The request body must be sent with 'Content-Type: application/json'.",
-    );
+    throw unsupportedMediaType();
   }
 }
 
