@@ -1,14 +1,17 @@
+import cors from '@fastify/cors';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { systemClock, type Clock } from './clock.js';
 import type { Config } from './config.js';
-import { handleError, handleNotFound, notFound } from './errors.js';
+import { handleError, handleNotFound } from './errors.js';
 import { authenticate } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
 import { registerDocs } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
+import { guardRequest } from './http/limits.js';
 import { refuseOtherMethods, routeEveryMethod } from './http/methods.js';
 import { parseQuery } from './http/query.js';
+import { RateLimits } from './http/rate-limit.js';
 import { compileValidator } from './http/validation.js';
 import { createPet, getPet, listPets } from './pets/routes.js';
 import { sharedSchemas } from './schemas.js';
@@ -32,7 +35,14 @@ export async function buildApp({ config, store, clock = systemClock, logger }: A
       ? { loggerInstance: logger }
       : { logger: logger ?? { level: config.logLevel, redact: ['req.headers.authorization'] } }),
     bodyLimit: BODY_LIMIT,
-    http: { maxHeaderSize: HEADER_LIMIT },
+    // Slow clients are cut off with a 408 (checked every second); the others are not delayed.
+    http: {
+      maxHeaderSize: HEADER_LIMIT,
+      headersTimeout: config.headersTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
+    },
+    requestTimeout: config.requestTimeoutMs,
+    trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     clientErrorHandler: answerClientError,
     // Requests the router refuses (a malformed percent-encoding) get the Error body too.
     frameworkErrors: handleError,
@@ -55,14 +65,24 @@ export async function buildApp({ config, store, clock = systemClock, logger }: A
   });
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
-  // An unknown path is a 404 before any body is read or refused. A callback hook: it runs on
-  // every request, and costs no promise there.
-  app.addHook('onRequest', (request, _reply, done) => done(request.is404 ? notFound() : undefined));
+  app.server.maxConnections = config.maxConnections;
+  app.addHook('onRequest', guardRequest);
+  if (config.corsOrigins.length > 0) {
+    await app.register(cors, {
+      origin: config.corsOrigins.includes('*') ? '*' : config.corsOrigins,
+      methods: ['GET', 'HEAD', 'POST'],
+      allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key'],
+      exposedHeaders: ['Location', 'Link', 'Retry-After', 'RateLimit', 'RateLimit-Policy', 'Idempotent-Replayed'],
+      maxAge: 600,
+      // A preflight without Origin is answered like any other, not with a text/plain 400.
+      strictPreflight: false,
+    });
+  }
 
   await registerDocs(app, config);
   registerHealth(app, store);
 
-  const deps = { store, clock, config, authenticate: authenticate(store) };
+  const deps = { store, clock, config, authenticate: authenticate(store, new RateLimits(store, clock, config)) };
   listPets(app, deps);
   createPet(app, deps);
   getPet(app, deps);

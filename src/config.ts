@@ -1,3 +1,5 @@
+import { isIP } from 'node:net';
+
 /** One setting: where it comes from, what it means, its default and how it is read. */
 interface Setting<T> {
   env: string;
@@ -59,6 +61,57 @@ function withoutPassword(raw: string): string {
   } catch {
     return '(a value that is not shown, as it may hold a password)';
   }
+}
+
+/** A positive integer up to `max`, or undefined for `off`. */
+function integerOrOff(max: number) {
+  const read = integer(1, max);
+  return (raw: string) => {
+    if (raw === 'off') return undefined;
+    try {
+      return read(raw);
+    } catch {
+      throw new Error(`must be an integer from 1 to ${max}, or off`);
+    }
+  };
+}
+
+/** Addresses and CIDR ranges, comma-separated; empty for none. */
+function addressList(raw: string): string[] {
+  const entries = raw
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  for (const entry of entries) {
+    const [address = '', prefix, ...rest] = entry.split('/');
+    const version = isIP(address);
+    const bits = version === 4 ? 32 : 128;
+    const prefixOk = prefix === undefined || (/^[0-9]{1,3}$/.test(prefix) && Number(prefix) <= bits);
+    if (version === 0 || !prefixOk || rest.length > 0) {
+      throw new Error('must be IP addresses or CIDR ranges (10.0.0.0/8), comma-separated');
+    }
+  }
+  return entries;
+}
+
+/** Browser origins, comma-separated, or `*`; empty for none. */
+function originList(raw: string): string[] {
+  const entries = raw
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  for (const entry of entries) {
+    if (entry === '*') continue;
+    let url: URL | undefined;
+    try {
+      url = new URL(entry);
+    } catch {
+      url = undefined;
+    }
+    if (!url || url.origin !== entry)
+      throw new Error('must be origins like https://shop.example, comma-separated, or *');
+  }
+  return entries;
 }
 
 const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -136,6 +189,67 @@ export const settings = {
       return seconds;
     },
   } satisfies Setting<number>,
+  rateLimit: {
+    env: 'PETSTORE_RATE_LIMIT',
+    description:
+      'Requests one API key may make per window, counted on all instances together (PostgreSQL) or in the process (SQLite); then 429.',
+    format: 'integer 1..1000000000, or off',
+    default: '6000',
+    parse: integerOrOff(1_000_000_000),
+  } satisfies Setting<number | undefined>,
+  rateLimitWindowSeconds: {
+    env: 'PETSTORE_RATE_LIMIT_WINDOW',
+    description: 'Length of the fixed windows that PETSTORE_RATE_LIMIT and PETSTORE_AUTH_FAILURE_LIMIT count in.',
+    format: 'seconds, integer 1..86400',
+    default: '60',
+    parse: integer(1, 86_400),
+  } satisfies Setting<number>,
+  authFailureLimit: {
+    env: 'PETSTORE_AUTH_FAILURE_LIMIT',
+    description:
+      'Refused API keys one client address may send per window; past it, every request from the address that needs a key gets 429 until the window ends.',
+    format: 'integer 1..1000000000, or off',
+    default: '60',
+    parse: integerOrOff(1_000_000_000),
+  } satisfies Setting<number | undefined>,
+  trustProxy: {
+    env: 'PETSTORE_TRUST_PROXY',
+    description:
+      'Load balancers or proxies whose X-Forwarded-For names the client address (for the per-address limit); none by default.',
+    format: 'IP addresses or CIDR ranges, comma-separated',
+    default: '',
+    parse: addressList,
+  } satisfies Setting<string[]>,
+  headersTimeoutMs: {
+    env: 'PETSTORE_HEADERS_TIMEOUT_MS',
+    description:
+      'Longest time a client may take to send the request line and headers; then 408 and the connection closes.',
+    format: 'milliseconds, integer 100..600000',
+    default: '10000',
+    parse: integer(100, 600_000),
+  } satisfies Setting<number>,
+  requestTimeoutMs: {
+    env: 'PETSTORE_REQUEST_TIMEOUT_MS',
+    description:
+      'Longest time a client may take to send a whole request, body included (at least PETSTORE_HEADERS_TIMEOUT_MS); then 408.',
+    format: 'milliseconds, integer 100..600000',
+    default: '30000',
+    parse: integer(100, 600_000),
+  } satisfies Setting<number>,
+  maxConnections: {
+    env: 'PETSTORE_MAX_CONNECTIONS',
+    description: 'Most client connections open at once; a connection past it is closed as soon as it opens.',
+    format: 'integer 1..1000000',
+    default: '1024',
+    parse: integer(1, 1_000_000),
+  } satisfies Setting<number>,
+  corsOrigins: {
+    env: 'PETSTORE_CORS_ORIGINS',
+    description: 'Browser origins allowed to call the API (CORS); none by default, which turns CORS off.',
+    format: 'origins like https://shop.example, comma-separated, or *',
+    default: '',
+    parse: originList,
+  } satisfies Setting<string[]>,
   logLevel: {
     env: 'LOG_LEVEL',
     description: 'Least severe log level written (JSON lines on standard output).',
@@ -169,7 +283,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       throw new ConfigError(`${setting.env} ${(error as Error).message} (got ${JSON.stringify(shown)})`);
     }
   }
-  return Object.freeze(values) as Config;
+  const config = values as Config;
+  if (config.requestTimeoutMs < config.headersTimeoutMs) {
+    throw new ConfigError(
+      `PETSTORE_REQUEST_TIMEOUT_MS must be at least PETSTORE_HEADERS_TIMEOUT_MS (${config.headersTimeoutMs}) (got "${config.requestTimeoutMs}")`,
+    );
+  }
+  return Object.freeze(config);
 }
 
 /** The settings as a text table, for `petstore serve --help`. */
@@ -177,7 +297,7 @@ export function describeSettings(): string {
   return Object.values(settings as Record<string, Setting<unknown>>)
     .map(
       (s) =>
-        `  ${s.env.padEnd(28)} ${s.description}\n  ${''.padEnd(28)} format: ${s.format}; default: ${s.default ?? '(none)'}`,
+        `  ${s.env.padEnd(28)} ${s.description}\n  ${''.padEnd(28)} format: ${s.format}; default: ${s.default || '(none)'}`,
     )
     .join('\n');
 }

@@ -128,6 +128,17 @@ export type GetPetParams = { petId: bigint };
 
 export type ErrorBody = Static<typeof ErrorBody>;
 
+export const CreatePetHeaders = Type.Object({
+  'idempotency-key': Type.Optional(
+    Type.String({
+      minLength: 1,
+      maxLength: 257,
+      description:
+        'Idempotency-Key must be 1 to 255 visible ASCII characters, bare (abc-123) or as a quoted string ("abc-123"); retries of one request send the same key.',
+    }),
+  ),
+});
+
 export const sharedSchemas = [PetStatus, NewPet, Pet, ErrorBody];
 
 type HeaderDocs = Record<string, { type: 'string'; description: string }>;
@@ -144,9 +155,30 @@ const authHeader: HeaderDocs = {
   },
 };
 
+/** The IETF httpapi RateLimit fields, on every answer to an authenticated request. */
+export const rateLimitHeaders: HeaderDocs = {
+  'RateLimit-Policy': {
+    type: 'string',
+    description: 'The API key\'s quota: `"default";q=<requests>;w=<seconds>` (absent when rate limits are off).',
+  },
+  RateLimit: {
+    type: 'string',
+    description: 'What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`.',
+  },
+};
+
 /** The error responses every authenticated operation can give. */
 export const commonErrors = {
   401: errorResponse('unauthorized: the API key is missing, not Bearer, unknown or revoked.', authHeader),
+  408: errorResponse('request_timeout: the request was not received in time; the connection is closed.'),
+  414: errorResponse('uri_too_long: the URL is over 8 KiB.'),
+  429: errorResponse(
+    'rate_limited: the API key made too many requests in this window, or too many refused keys came from this address.',
+    {
+      'Retry-After': { type: 'string', description: 'Seconds until requests are admitted again.' },
+      ...rateLimitHeaders,
+    },
+  ),
   431: errorResponse('headers_too_large: the request headers are over 16 KiB in all.'),
   500: errorResponse('internal_error: the service failed; the request may be retried.'),
   503: errorResponse('unavailable: the database cannot be reached; retry later.'),

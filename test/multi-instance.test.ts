@@ -47,7 +47,7 @@ test('two petstore processes share one PostgreSQL database', { skip: postgresSki
     const migrations = await select<{ version: number }>(url, 'SELECT version FROM schema_migrations ORDER BY version');
     assert.deepEqual(
       migrations.map((row) => row.version),
-      [1],
+      [1, 2],
     );
     assert.equal((await get(a, '/v1/pets')).status, 200);
     assert.equal((await get(b, '/v1/pets')).status, 200);
@@ -90,9 +90,38 @@ test('two petstore processes share one PostgreSQL database', { skip: postgresSki
     }
   });
 
+  await t.test('50 simultaneous creates with one Idempotency-Key split across A and B make one animal', async () => {
+    const responses = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        fetch(`${(i % 2 === 0 ? a : b).url}/v1/pets`, {
+          method: 'POST',
+          headers: { ...auth(firstKey!), 'content-type': 'application/json', 'idempotency-key': 'shared-retry' },
+          body: JSON.stringify({ name: 'Once', categoryId: 7 }),
+        }).then(async (response) => ({ status: response.status, body: await response.text() })),
+      ),
+    );
+    const rows = await select<{ n: string }>(url, "SELECT count(*) AS n FROM pets WHERE name = 'Once'");
+    assert.equal(Number(rows[0]!.n), 1);
+    const created = responses.filter((response) => response.status === 201);
+    assert.ok(created.length >= 1);
+    assert.ok(created.every((response) => response.body === created[0]!.body));
+    assert.ok(responses.every((response) => [201, 409].includes(response.status)));
+    // Once the first is answered, a retry on either instance replays it.
+    for (const server of [a, b]) {
+      const retry = await fetch(`${server.url}/v1/pets`, {
+        method: 'POST',
+        headers: { ...auth(firstKey!), 'content-type': 'application/json', 'idempotency-key': 'shared-retry' },
+        body: JSON.stringify({ categoryId: 7, name: 'Once' }),
+      });
+      assert.equal(retry.status, 201);
+      assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+      assert.equal(await retry.text(), created[0]!.body);
+    }
+  });
+
   await t.test('following Link rel="next" alternately through A and B visits every animal once, in order', async () => {
     const stored = await select<{ id: string }>(url, 'SELECT id FROM pets ORDER BY id');
-    assert.equal(stored.length, 103);
+    assert.equal(stored.length, 104);
     const visited: number[] = [];
     let next: string | undefined = '/v1/pets?limit=7';
     for (let page = 0; next !== undefined && page < 30; page++) {

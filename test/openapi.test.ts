@@ -35,9 +35,10 @@ test('lists the three operations by their contract names, getPet deprecated', as
 test('documents each status the operations answer with the Error body', async (t) => {
   const { paths } = await fetchDocument(t);
   const statuses = (operation: { responses: object }) => Object.keys(operation.responses).sort();
-  assert.deepEqual(statuses(paths['/pets'].get), ['200', '400', '401', '431', '500', '503']);
-  assert.deepEqual(statuses(paths['/pets'].post), ['201', '400', '401', '413', '415', '431', '500', '503']);
-  assert.deepEqual(statuses(paths['/pets/{petId}'].get), ['200', '401', '404', '410', '431', '500', '503']);
+  const common = ['401', '408', '414', '429', '431', '500', '503'];
+  assert.deepEqual(statuses(paths['/pets'].get), ['200', '400', ...common].sort());
+  assert.deepEqual(statuses(paths['/pets'].post), ['201', '400', '409', '413', '415', '422', ...common].sort());
+  assert.deepEqual(statuses(paths['/pets/{petId}'].get), ['200', '404', '410', ...common].sort());
   const errorRef = paths['/pets'].post.responses['415'].content['application/json'].schema.$ref;
   assert.equal(errorRef, '#/components/schemas/Error');
 });
@@ -80,7 +81,13 @@ test('the production address follows HOST and PORT when it is not set', async (t
 
 test('documents the deprecation headers and limit rules', async (t) => {
   const { paths } = await fetchDocument(t);
-  assert.deepEqual(Object.keys(paths['/pets/{petId}'].get.responses['200'].headers), ['Deprecation', 'Sunset', 'Link']);
+  assert.deepEqual(Object.keys(paths['/pets/{petId}'].get.responses['200'].headers), [
+    'Deprecation',
+    'Sunset',
+    'Link',
+    'RateLimit-Policy',
+    'RateLimit',
+  ]);
   const limit = paths['/pets'].get.parameters.find((p: { name: string }) => p.name === 'limit');
   assert.deepEqual([limit.schema.minimum, limit.schema.maximum, limit.schema.default], [1, 100, 20]);
 });

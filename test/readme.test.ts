@@ -25,7 +25,7 @@ test('the README documents every setting with its default', () => {
   for (const setting of Object.values(settings)) {
     const row = rows.find((cells) => cells[0] === `\`${setting.env}\``);
     assert.ok(row, `${setting.env} has a row in the configuration table`);
-    const shown = setting.default === undefined ? '(none)' : `\`${setting.default}\``;
+    const shown = !setting.default ? '(none)' : `\`${setting.default}\``;
     assert.equal(row.at(-1), shown, `${setting.env} shows its default`);
   }
 });

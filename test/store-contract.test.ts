@@ -1,11 +1,24 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, test, type TestContext } from 'node:test';
-import type { NewKeyRecord, Store } from '../src/store/store.js';
+import type { IdempotencyClaim, NewKeyRecord, Store, StoredResponse } from '../src/store/store.js';
 import { storeKinds, type TestDatabase } from './stores.js';
 
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
+
+const DAY = 24 * 60 * 60 * 1000;
+const T0 = Date.UTC(2026, 10, 22);
+
+function claim(key: string, body = 'a', now = T0, apiKeyId = 1): IdempotencyClaim {
+  return { apiKeyId, key, fingerprint: Buffer.alloc(32, body), now, expiresAt: now + DAY };
+}
+
+const respond = (pet: { id: bigint; name: string }): StoredResponse => ({
+  status: 201,
+  body: `{"id":${pet.id},"name":${JSON.stringify(pet.name)}}`,
+  location: `/v1/pets/${pet.id}`,
+});
 
 function newKey(name = 'test', createdAt = new Date('2026-11-22T10:00:00.123Z')): NewKeyRecord {
   return { name, hint: 'psk_abcd', hash: randomBytes(32), createdAt };
@@ -26,7 +39,7 @@ for (const kind of storeKinds) {
     it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {
       const database = await kind.createDatabase(t);
       const store = database.open();
-      assert.deepEqual(await store.migrate(), ['001_pets_and_keys']);
+      assert.deepEqual(await store.migrate(), ['001_pets_and_keys', '002_idempotency_keys']);
       const pet = await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
       assert.deepEqual(await store.migrate(), []);
       assert.deepEqual(await store.getPet(pet.id), pet);
@@ -36,7 +49,7 @@ for (const kind of storeKinds) {
       const database = await kind.createDatabase(t);
       const stores = [database.open(), database.open(), database.open()];
       const applied = await Promise.all(stores.map((store) => store.migrate()));
-      assert.deepEqual(applied.flat(), ['001_pets_and_keys']);
+      assert.deepEqual(applied.flat(), ['001_pets_and_keys', '002_idempotency_keys']);
       for (const store of stores) await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
       assert.equal((await stores[0]!.listPets({ limit: 10 })).length, 3);
     });
@@ -190,6 +203,71 @@ for (const kind of storeKinds) {
       const created = results.filter((record) => record !== undefined);
       assert.equal(created.length, 1);
       assert.deepEqual(await stores[0]!.listKeys(), created);
+    });
+
+    async function withKey(t: TestContext): Promise<[Store, TestDatabase, number]> {
+      const [store, database] = await migrated(t);
+      const key = await store.createKey(newKey());
+      return [store, database, key.id];
+    }
+
+    it('createPetOnce creates once, then replays the stored response for the same body', async (t) => {
+      const [store, , apiKeyId] = await withKey(t);
+      const pet = { name: 'Rex', categoryId: 7n, status: 'available' } as const;
+      const first = await store.createPetOnce(pet, claim('k', 'a', T0, apiKeyId), respond);
+      assert.equal(first.kind, 'created');
+      const again = await store.createPetOnce(pet, claim('k', 'a', T0 + DAY - 1, apiKeyId), () => {
+        throw new Error('a replay makes no new response');
+      });
+      assert.deepEqual(again, { kind: 'replayed', response: (first as { response: StoredResponse }).response });
+      assert.equal((await store.listPets({ limit: 10 })).length, 1);
+    });
+
+    it('createPetOnce refuses the same key with another body, and scopes keys to the API key', async (t) => {
+      const [store, , apiKeyId] = await withKey(t);
+      const other = (await store.createKey(newKey('other'))).id;
+      const pet = { name: 'Rex', categoryId: 7n, status: 'available' } as const;
+      await store.createPetOnce(pet, claim('k', 'a', T0, apiKeyId), respond);
+      assert.deepEqual(await store.createPetOnce(pet, claim('k', 'b', T0, apiKeyId), respond), { kind: 'mismatch' });
+      assert.equal((await store.createPetOnce(pet, claim('k', 'b', T0, other), respond)).kind, 'created');
+      assert.equal((await store.listPets({ limit: 10 })).length, 2);
+    });
+
+    it('an expired key is free again, and later creates delete expired keys', async (t) => {
+      const [store, database, apiKeyId] = await withKey(t);
+      const pet = { name: 'Rex', categoryId: 7n, status: 'available' } as const;
+      await store.createPetOnce(pet, claim('old', 'a', T0, apiKeyId), respond);
+      await store.createPetOnce(pet, claim('k', 'a', T0, apiKeyId), respond);
+      assert.equal((await store.createPetOnce(pet, claim('k', 'b', T0 + DAY, apiKeyId), respond)).kind, 'created');
+      assert.equal(await database.scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'old'"), 0);
+      assert.equal(await database.scalar('SELECT count(*) FROM idempotency_keys'), 1);
+      assert.equal((await store.listPets({ limit: 10 })).length, 3);
+    });
+
+    it('20 concurrent createPetOnce calls with one key on two instances create exactly one animal', async (t) => {
+      const database = await kind.createDatabase(t);
+      const stores = [database.open(), database.open()];
+      await Promise.all(stores.map((store) => store.migrate()));
+      const apiKeyId = (await stores[0]!.createKey(newKey())).id;
+      const pet = { name: 'Rex', categoryId: 7n, status: 'available' } as const;
+      const outcomes = await Promise.all(
+        Array.from({ length: 20 }, (_, i) => stores[i % 2]!.createPetOnce(pet, claim('k', 'a', T0, apiKeyId), respond)),
+      );
+      assert.equal(outcomes.filter((outcome) => outcome.kind === 'created').length, 1);
+      assert.ok(outcomes.every((outcome) => ['created', 'replayed', 'in_flight'].includes(outcome.kind)));
+      assert.equal((await stores[1]!.listPets({ limit: 10 })).length, 1);
+    });
+
+    it('countHit counts per subject and window, across instances of one store', async (t) => {
+      const database = await kind.createDatabase(t);
+      const [a, b] = [database.open(), database.open()];
+      await Promise.all([a.migrate(), b.migrate()]);
+      assert.equal(await a.countHit('key:1', T0), 1);
+      assert.equal(await a.countHit('key:1', T0), 2);
+      assert.equal(await a.countHit('key:2', T0), 1);
+      // PostgreSQL shares the count between instances; SQLite serves one process and keeps its own.
+      assert.equal(await b.countHit('key:1', T0), kind.name === 'PostgreSQL' ? 3 : 1);
+      assert.equal(await a.countHit('key:1', T0 + 60_000), 1);
     });
   });
 }

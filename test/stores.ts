@@ -15,6 +15,8 @@ export interface TestDatabase {
   open(): Store;
   /** Runs SQL straight on the database, around the store (e.g. to delete a row). */
   execute(sql: string): Promise<void>;
+  /** The first column of the first row `sql` returns, as a number. */
+  scalar(sql: string): Promise<number>;
 }
 
 export interface StoreKind {
@@ -77,12 +79,12 @@ function afterTest(t: TestContext, step: () => unknown): void {
   steps.push(step);
 }
 
-async function adminQuery(url: string, sql: string): Promise<void> {
+async function adminQuery(url: string, sql: string): Promise<pg.QueryResult> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000, query_timeout: 10_000 });
   client.on('error', () => {});
   await client.connect();
   try {
-    await client.query(sql);
+    return await client.query(sql);
   } finally {
     await client.end();
   }
@@ -98,7 +100,7 @@ export async function createPostgresSchema(t: TestContext): Promise<string> {
   }
   const schema = `petstore_test_${randomBytes(6).toString('hex')}`;
   await adminQuery(POSTGRES_URL, `CREATE SCHEMA ${schema}`);
-  afterTest(t, () => adminQuery(POSTGRES_URL, `DROP SCHEMA IF EXISTS ${schema} CASCADE`));
+  afterTest(t, async () => void (await adminQuery(POSTGRES_URL, `DROP SCHEMA IF EXISTS ${schema} CASCADE`)));
   const url = new URL(POSTGRES_URL);
   url.searchParams.set('options', `-c search_path=${schema}`);
   return url.href;
@@ -139,6 +141,14 @@ const sqlite: StoreKind = {
           db.close();
         }
       },
+      async scalar(sql) {
+        const db = new Database(path, { readonly: true });
+        try {
+          return Number(db.prepare(sql).pluck().get());
+        } finally {
+          db.close();
+        }
+      },
     };
   },
 };
@@ -151,7 +161,8 @@ const postgres: StoreKind = {
     const open = closedAfter(t, () => openPostgresStore(url, { poolSize: 10, timeoutMs: 5000 }));
     return {
       open,
-      execute: (sql) => adminQuery(url, sql),
+      execute: async (sql) => void (await adminQuery(url, sql)),
+      scalar: async (sql) => Number(Object.values((await adminQuery(url, sql)).rows[0] as object)[0]),
     };
   },
 };

@@ -2,6 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash } from '../keys/keys.js';
 import type { Store } from '../store/store.js';
+import type { RateLimits } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -22,11 +23,13 @@ function refuse(message: string, invalidToken: boolean): ApiError {
 }
 
 /**
- * `onRequest` hook that admits a request only with an active API key. It runs before the body
- * is read or validated, so an unauthenticated request is a 401 whatever else is wrong with it.
+ * `onRequest` hook that admits a request only with an active API key, within its rate limit. It
+ * runs before the body is read or validated, so an unauthenticated request is a 401 whatever
+ * else is wrong with it. An address that sent too many refused keys gets 429 before any check.
  */
-export function authenticate(store: Store) {
-  return async function authenticateRequest(request: FastifyRequest, _reply: FastifyReply) {
+export function authenticate(store: Store, limits: RateLimits) {
+  return async function authenticateRequest(request: FastifyRequest, reply: FastifyReply) {
+    limits.refuseBlocked(request.ip);
     const header = request.headers.authorization;
     if (header === undefined || header === '') {
       throw refuse("Send an API key in the Authorization header as 'Bearer <key>'.", false);
@@ -39,7 +42,10 @@ export function authenticate(store: Store) {
     if (token === '') throw refuse("The Authorization header has no key after 'Bearer'.", false);
     const hash = hashKey(token);
     const key = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
-    if (!key || !sameHash(key.hash, hash)) throw refuse('The API key is not valid or has been revoked.', true);
+    if (!key || !sameHash(key.hash, hash)) {
+      throw (await limits.noteRefusedKey(request.ip)) ?? refuse('The API key is not valid or has been revoked.', true);
+    }
     request.apiKeyId = key.id;
+    await limits.admitKey(key.id, reply);
   };
 }

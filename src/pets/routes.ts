@@ -5,16 +5,19 @@ import { ApiError, unsupportedMediaType } from '../errors.js';
 import {
   commonErrors,
   errorResponse,
+  CreatePetHeaders,
   GetPetParams,
   ListPetsQuery,
   type NewPet,
   type PetStatus,
   type ListPetsQuery as ListQuery,
   type GetPetParams as PetParams,
+  rateLimitHeaders,
 } from '../schemas.js';
 import type { Store } from '../store/store.js';
 import { decodeCursor, encodeCursor } from './cursor.js';
 import { deprecationHeaderDocs, deprecationHeaders } from './deprecation.js';
+import { claimFor, InFlight, inFlight, mismatch, readIdempotencyKey } from './idempotency.js';
 
 export interface PetDeps {
   store: Store;
@@ -42,6 +45,7 @@ export function listPets(app: FastifyInstance, { store, authenticate }: PetDeps)
             description: 'A page of animals.',
             headers: {
               Link: { type: 'string', description: 'RFC 8288: the next page, rel="next", when there is one.' },
+              ...rateLimitHeaders,
             },
             type: 'array',
             items: { $ref: 'Pet#' },
@@ -83,35 +87,73 @@ function readCursor(text: string, status: PetStatus | undefined): bigint {
   return cursor.afterId;
 }
 
-export function createPet(app: FastifyInstance, { store, authenticate }: PetDeps) {
+export function createPet(app: FastifyInstance, { store, clock, authenticate }: PetDeps) {
+  const inFlightHere = new InFlight();
   app.post<{ Body: NewPet }>(
     '/v1/pets',
     {
       onRequest: authenticate,
-      preValidation: requireJsonBody,
+      preValidation: [requireJsonBody, readIdempotencyKey],
       schema: {
         operationId: 'createPet',
         summary: 'Add an animal',
-        description: 'The 201 is sent once the animal is durable.',
+        description:
+          'The 201 is sent once the animal is durable. With `Idempotency-Key`, a retry of the same body by the same API key within 24 hours gets the first response again and creates nothing; a retry while the first is still being processed gets 409, the key with a different body 422. A first request refused with a 4xx is not remembered.',
         security,
+        headers: CreatePetHeaders,
         body: { $ref: 'NewPet#' },
         response: {
           201: {
-            description: 'The animal as stored, with its new id.',
-            headers: { Location: { type: 'string', description: '/v1/pets/{id} of the new animal.' } },
+            description: 'The animal as stored, with its new id; on a replay, the first response again.',
+            headers: {
+              Location: { type: 'string', description: '/v1/pets/{id} of the new animal.' },
+              'Idempotent-Replayed': {
+                type: 'string',
+                description:
+                  '`true` when this is the stored first response to an earlier request with the same Idempotency-Key.',
+              },
+            },
             $ref: 'Pet#',
           },
-          400: errorResponse('invalid_request: the body is not a valid NewPet, or not valid JSON.'),
+          400: errorResponse(
+            'invalid_request: the body is not a valid NewPet, or not valid JSON, or Idempotency-Key is malformed.',
+          ),
+          409: errorResponse(
+            'idempotency_conflict: a request with this Idempotency-Key is still being processed; retry after Retry-After seconds.',
+            { 'Retry-After': { type: 'string', description: 'Seconds to wait before retrying.' } },
+          ),
           413: errorResponse('payload_too_large: the body is over 16 KiB.'),
           415: errorResponse('unsupported_media_type: the body is not sent as application/json (UTF-8).'),
+          422: errorResponse('idempotency_mismatch: this Idempotency-Key was used with a different body.'),
           ...commonErrors,
         },
       },
     },
     async (request, reply) => {
       const { name, categoryId, status = 'available' } = request.body;
-      const pet = await store.createPet({ name, categoryId, status });
-      return reply.code(201).header('location', `/v1/pets/${pet.id}`).send(pet);
+      const pet = { name, categoryId, status };
+      const { idempotency, apiKeyId } = request;
+      if (!idempotency || apiKeyId === undefined) {
+        const created = await store.createPet(pet);
+        return reply.code(201).header('location', `/v1/pets/${created.id}`).send(created);
+      }
+      const claim = claimFor(apiKeyId, idempotency, clock);
+      const outcome = await inFlightHere.hold(apiKeyId, idempotency.key, () =>
+        store.createPetOnce(pet, claim, (created) => ({
+          status: 201,
+          body: reply.code(201).serialize(created) as string,
+          location: `/v1/pets/${created.id}`,
+        })),
+      );
+      if (outcome.kind === 'in_flight') throw inFlight();
+      if (outcome.kind === 'mismatch') throw mismatch();
+      const { response } = outcome;
+      if (outcome.kind === 'replayed') reply.header('idempotent-replayed', 'true');
+      return reply
+        .code(response.status)
+        .header('location', response.location)
+        .type('application/json; charset=utf-8')
+        .send(response.body);
     },
   );
 }
@@ -146,7 +188,7 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
         security,
         params: GetPetParams,
         response: {
-          200: { description: 'The animal.', headers: deprecationHeaderDocs, $ref: 'Pet#' },
+          200: { description: 'The animal.', headers: { ...deprecationHeaderDocs, ...rateLimitHeaders }, $ref: 'Pet#' },
           404: errorResponse(
             'not_found: no animal has this id, or petId is not a positive integer.',
             deprecationHeaderDocs,

@@ -1,7 +1,28 @@
 import pg from 'pg';
 import { readMigrations } from './migrations.js';
 import { toKey, toPet, type KeyRow, type PetRow } from './rows.js';
-import { StoreUnavailableError, type ListQuery, type NewKeyRecord, type NewPetRecord, type Store } from './store.js';
+import {
+  StoreUnavailableError,
+  type IdempotencyClaim,
+  type ListQuery,
+  type NewKeyRecord,
+  type NewPetRecord,
+  type OnceOutcome,
+  type PetRecord,
+  type Store,
+  type StoredResponse,
+} from './store.js';
+
+interface IdempotencyRow {
+  fingerprint: Buffer;
+  response_status: number;
+  response_body: string;
+  response_location: string;
+  expires_at: bigint;
+}
+
+// Expired idempotency keys deleted per create that uses a key: cleanup without a separate job.
+const EXPIRED_PER_CREATE = 100;
 
 export interface PostgresOptions {
   /** Most connections this store opens at once. */
@@ -49,10 +70,45 @@ const statements = {
   insertFirstKey:
     'INSERT INTO api_keys (name, hint, hash, created_at) SELECT $1::text, $2::text, $3::bytea, $4::timestamptz ' +
     `WHERE NOT EXISTS (SELECT 1 FROM api_keys) RETURNING ${KEY_COLUMNS}`,
+  // The one-bigint advisory lock space, apart from the two-int4 one the locks above use. Held
+  // for the transaction: while it is, a retry with the key (on any instance) is in flight.
+  lockIdempotency:
+    "SELECT pg_try_advisory_xact_lock(hashtextextended(coalesce(current_schema(), '') || ':' || $1 || ':' || $2, 0)) AS locked",
+  findIdempotency:
+    'SELECT fingerprint, response_status, response_body, response_location, expires_at FROM idempotency_keys ' +
+    'WHERE api_key_id = $1 AND key = $2',
+  deleteIdempotency: 'DELETE FROM idempotency_keys WHERE api_key_id = $1 AND key = $2',
+  // SKIP LOCKED: instances cleaning up at the same moment never wait for each other.
+  deleteExpiredIdempotency:
+    'DELETE FROM idempotency_keys WHERE (api_key_id, key) IN (SELECT api_key_id, key FROM idempotency_keys ' +
+    `WHERE expires_at <= $1 LIMIT ${EXPIRED_PER_CREATE} FOR UPDATE SKIP LOCKED)`,
+  insertIdempotency:
+    'INSERT INTO idempotency_keys (api_key_id, key, fingerprint, response_status, response_body, ' +
+    'response_location, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)',
+  countHit:
+    'INSERT INTO rate_counters (subject, window_start, hits) VALUES ($1, $2, 1) ' +
+    'ON CONFLICT (subject, window_start) DO UPDATE SET hits = rate_counters.hits + 1 RETURNING hits',
+  deleteOldCounters: 'DELETE FROM rate_counters WHERE window_start < $1',
   ping: 'SELECT 1',
 } as const;
 
 type StatementName = keyof typeof statements;
+
+// Statements that change nothing, or only a rate-limit count, and so may be sent twice.
+const RETRIED = new Set<StatementName>([
+  'getPet',
+  'listAll',
+  'listByStatus',
+  'findKey',
+  'listKeys',
+  'countHit',
+  'ping',
+]);
+
+const isConnectionLost = (error: unknown) =>
+  error instanceof Error &&
+  (error.message === 'Connection terminated unexpectedly' ||
+    ['ECONNRESET', 'EPIPE'].includes(String((error as { code?: unknown }).code)));
 
 // SQLSTATE classes and codes that mean "the database is not answering", not "the request is wrong":
 // 08 connection exception, 53 insufficient resources (too many connections), 57P01..57P03
@@ -133,7 +189,14 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
     try {
       return await (client ?? pool).query<R>({ name, text: statements[name], values });
     } catch (error) {
-      throw translate(error);
+      // An idle pooled connection the server closed (restart, failover) fails the first statement
+      // sent on it; a read is sent once more, on another connection.
+      if (client || !RETRIED.has(name) || !isConnectionLost(error)) throw translate(error);
+      try {
+        return await pool.query<R>({ name, text: statements[name], values });
+      } catch (retryError) {
+        throw translate(retryError);
+      }
     }
   }
 
@@ -163,6 +226,9 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
       client.release(broken);
     }
   }
+
+  // The newest window this instance has seen; when a newer one begins, older counts are deleted.
+  let countersWindow = -Infinity;
 
   return {
     async migrate() {
@@ -218,6 +284,44 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
       return toPet(rows[0]!);
     },
 
+    async createPetOnce(
+      pet: NewPetRecord,
+      claim: IdempotencyClaim,
+      respond: (pet: PetRecord) => StoredResponse,
+    ): Promise<OnceOutcome> {
+      return inTransaction(async (client): Promise<OnceOutcome> => {
+        const { rows: lock } = await query<{ locked: boolean }>('lockIdempotency', [claim.apiKeyId, claim.key], client);
+        if (!lock[0]!.locked) return { kind: 'in_flight' };
+        await query('deleteExpiredIdempotency', [claim.now], client);
+        // READ COMMITTED: this statement sees what a request that held the lock before us committed.
+        const { rows } = await query<IdempotencyRow>('findIdempotency', [claim.apiKeyId, claim.key], client);
+        const row = rows[0];
+        if (row && row.expires_at > claim.now) {
+          if (!row.fingerprint.equals(claim.fingerprint)) return { kind: 'mismatch' };
+          const response = { status: row.response_status, body: row.response_body, location: row.response_location };
+          return { kind: 'replayed', response };
+        }
+        if (row) await query('deleteIdempotency', [claim.apiKeyId, claim.key], client);
+        const { rows: created } = await query<PetRow>('insertPet', [pet.name, pet.categoryId, pet.status], client);
+        const response = respond(toPet(created[0]!));
+        await query(
+          'insertIdempotency',
+          [
+            claim.apiKeyId,
+            claim.key,
+            claim.fingerprint,
+            response.status,
+            response.body,
+            response.location,
+            claim.now,
+            claim.expiresAt,
+          ],
+          client,
+        );
+        return { kind: 'created', response };
+      });
+    },
+
     async getPet(id: bigint) {
       const { rows } = await query<PetRow>('getPet', [id]);
       return rows[0] && toPet(rows[0]);
@@ -259,6 +363,16 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
         return rows[0];
       });
       return row && toKey(row);
+    },
+
+    async countHit(subject: string, windowStart: number) {
+      if (windowStart > countersWindow) {
+        countersWindow = windowStart;
+        // Not awaited: no request waits for the cleanup, and a failed one is retried next window.
+        query('deleteOldCounters', [windowStart]).catch(ignore);
+      }
+      const { rows } = await query<{ hits: number }>('countHit', [subject, windowStart]);
+      return rows[0]!.hits;
     },
 
     async close() {

@@ -1,9 +1,31 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import { memoryCounters } from './counters.js';
 import { readMigrations } from './migrations.js';
 import { toKey, toPet, type KeyRow, type PetRow } from './rows.js';
-import { StoreUnavailableError, type ListQuery, type NewKeyRecord, type NewPetRecord, type Store } from './store.js';
+import {
+  StoreUnavailableError,
+  type IdempotencyClaim,
+  type ListQuery,
+  type NewKeyRecord,
+  type NewPetRecord,
+  type OnceOutcome,
+  type PetRecord,
+  type Store,
+  type StoredResponse,
+} from './store.js';
+
+interface IdempotencyRow {
+  fingerprint: Buffer;
+  response_status: bigint;
+  response_body: string;
+  response_location: string;
+  expires_at: bigint;
+}
+
+// Expired idempotency keys deleted per create that uses a key: cleanup without a separate job.
+const EXPIRED_PER_CREATE = 100;
 
 /**
  * Every method of `store`, with SQLITE_BUSY (still locked by another process after busy_timeout)
@@ -51,6 +73,19 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     listByStatus: db.prepare<[string, bigint, number], PetRow>(
       'SELECT id, name, category_id, status FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?',
     ),
+    findIdempotency: db.prepare<[bigint, string], IdempotencyRow>(
+      'SELECT fingerprint, response_status, response_body, response_location, expires_at FROM idempotency_keys ' +
+        'WHERE api_key_id = ? AND key = ?',
+    ),
+    deleteIdempotency: db.prepare('DELETE FROM idempotency_keys WHERE api_key_id = ? AND key = ?'),
+    deleteExpiredIdempotency: db.prepare(
+      'DELETE FROM idempotency_keys WHERE rowid IN ' +
+        `(SELECT rowid FROM idempotency_keys WHERE expires_at <= ? LIMIT ${EXPIRED_PER_CREATE})`,
+    ),
+    insertIdempotency: db.prepare(
+      'INSERT INTO idempotency_keys (api_key_id, key, fingerprint, response_status, response_body, ' +
+        'response_location, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    ),
     insertKey: db.prepare('INSERT INTO api_keys (name, hint, hash, created_at) VALUES (?, ?, ?, ?)'),
     findKey: db.prepare<[Buffer], { id: bigint; hash: Buffer }>(
       'SELECT id, hash FROM api_keys WHERE hash = ? AND revoked_at IS NULL',
@@ -62,6 +97,7 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
       'INSERT INTO api_keys (name, hint, hash, created_at) SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM api_keys)',
     ),
   });
+  const countHit = memoryCounters();
   const ready = () => {
     if (!statements) throw new Error('the SQLite store is used before migrate()');
     return statements;
@@ -103,6 +139,46 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
       return { id: BigInt(lastInsertRowid), ...pet };
     },
 
+    async createPetOnce(
+      pet: NewPetRecord,
+      claim: IdempotencyClaim,
+      respond: (pet: PetRecord) => StoredResponse,
+    ): Promise<OnceOutcome> {
+      const s = ready();
+      const apiKeyId = BigInt(claim.apiKeyId);
+      // IMMEDIATE: the check and the insert hold the write lock together, so two processes on
+      // one file cannot both find the key unused.
+      return db
+        .transaction((): OnceOutcome => {
+          s.deleteExpiredIdempotency.run(claim.now);
+          const row = s.findIdempotency.get(apiKeyId, claim.key);
+          if (row && row.expires_at > claim.now) {
+            if (!row.fingerprint.equals(claim.fingerprint)) return { kind: 'mismatch' };
+            const response = {
+              status: Number(row.response_status),
+              body: row.response_body,
+              location: row.response_location,
+            };
+            return { kind: 'replayed', response };
+          }
+          if (row) s.deleteIdempotency.run(apiKeyId, claim.key);
+          const { lastInsertRowid } = s.insertPet.run(pet.name, pet.categoryId, pet.status);
+          const response = respond({ id: BigInt(lastInsertRowid), ...pet });
+          s.insertIdempotency.run(
+            apiKeyId,
+            claim.key,
+            claim.fingerprint,
+            response.status,
+            response.body,
+            response.location,
+            claim.now,
+            claim.expiresAt,
+          );
+          return { kind: 'created', response };
+        })
+        .immediate();
+    },
+
     async getPet(id: bigint) {
       const row = ready().getPet.get(id);
       return row && toPet(row);
@@ -139,6 +215,11 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
         key.createdAt.toISOString(),
       );
       return changes > 0 ? toKey(ready().getKey.get(BigInt(lastInsertRowid))!) : undefined;
+    },
+
+    // SQLite serves one host: the counts are this process's own.
+    async countHit(subject: string, windowStart: number) {
+      return countHit(subject, windowStart);
     },
 
     async close() {

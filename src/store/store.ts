@@ -31,6 +31,33 @@ export interface NewKeyRecord {
   createdAt: Date;
 }
 
+/** What the first answer to an idempotent request was, replayed to its retries. */
+export interface StoredResponse {
+  status: number;
+  /** The body exactly as sent. */
+  body: string;
+  location: string;
+}
+
+/** A create that happens at most once per (API key, idempotency key) until `expiresAt`. */
+export interface IdempotencyClaim {
+  apiKeyId: number;
+  key: string;
+  /** SHA-256 of the request body's canonical form: the same body means the same request. */
+  fingerprint: Buffer;
+  /** Unix ms; an older claim with the same key is gone and the key is free again. */
+  now: number;
+  expiresAt: number;
+}
+
+export type OnceOutcome =
+  | { kind: 'created'; response: StoredResponse }
+  | { kind: 'replayed'; response: StoredResponse }
+  /** The key was used for a different body. */
+  | { kind: 'mismatch' }
+  /** Another request with the key is being processed right now (on any instance). */
+  | { kind: 'in_flight' };
+
 /**
  * Everything the service keeps. Implementations know SQL; nothing above them does, and they
  * know nothing of HTTP.
@@ -43,6 +70,15 @@ export interface Store {
 
   /** Resolves once the animal is durable. */
   createPet(pet: NewPetRecord): Promise<PetRecord>;
+  /**
+   * Creates the animal unless `claim` was already used: then the stored first response.
+   * The animal and the response `respond` makes for it are stored in one transaction.
+   */
+  createPetOnce(
+    pet: NewPetRecord,
+    claim: IdempotencyClaim,
+    respond: (pet: PetRecord) => StoredResponse,
+  ): Promise<OnceOutcome>;
   getPet(id: bigint): Promise<PetRecord | undefined>;
   /** Ascending id. */
   listPets(query: ListQuery): Promise<PetRecord[]>;
@@ -55,6 +91,12 @@ export interface Store {
   createFirstKey(key: NewKeyRecord): Promise<KeyRecord | undefined>;
   /** False when no active key has this id. */
   revokeKey(id: number, at: Date): Promise<boolean>;
+
+  /**
+   * Counts one hit for `subject` in the fixed window starting at `windowStart` (unix ms) and
+   * returns the hits counted so far in it, on every instance sharing the store.
+   */
+  countHit(subject: string, windowStart: number): Promise<number>;
 
   close(): Promise<void>;
 }

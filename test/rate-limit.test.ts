@@ -1,0 +1,124 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { LightMyRequestResponse } from 'fastify';
+import { issueKey } from '../src/keys/cli.js';
+import { openPostgresStore } from '../src/store/postgres.js';
+import { assertError, startApp } from './helpers.js';
+import { createPostgresSchema, postgresSkip } from './stores.js';
+
+const PET = { name: 'Rex', categoryId: 7 };
+const BAD_KEY = `psk_${'A'.repeat(43)}`;
+
+function assertFields(response: LightMyRequestResponse, policy: string, remaining: number, seconds: number) {
+  assert.equal(response.headers['ratelimit-policy'], policy);
+  assert.equal(response.headers.ratelimit, `"default";r=${remaining};t=${seconds}`);
+}
+
+test('every authenticated answer carries RateLimit-Policy and RateLimit, counting down', async (t) => {
+  const app = await startApp(t);
+  const policy = '"default";q=6000;w=60';
+  assertFields(await app.call({ method: 'GET', url: '/v1/pets' }), policy, 5999, 60);
+  assertFields(await app.call({ method: 'POST', url: '/v1/pets', payload: PET }), policy, 5998, 60);
+  assertFields(await app.call({ method: 'GET', url: '/v1/pets/99' }), policy, 5997, 60);
+  assertFields(await app.call({ method: 'GET', url: '/v1/pets?limit=0' }), policy, 5996, 60);
+  app.clock.set(app.clock.now() + 15_500);
+  assertFields(await app.call({ method: 'GET', url: '/v1/pets' }), policy, 5995, 45);
+  // Not on answers to requests that were not authenticated.
+  for (const response of [
+    await app.call({ method: 'GET', url: '/v1/pets', headers: { authorization: '' } }),
+    await app.call({ method: 'GET', url: '/v1/openapi.json' }),
+    await app.call({ method: 'GET', url: '/v1/nothing' }),
+  ]) {
+    assert.equal(response.headers.ratelimit, undefined);
+    assert.equal(response.headers['ratelimit-policy'], undefined);
+  }
+});
+
+test('a key past its limit gets 429 with Retry-After while another key is served, until the window ends', async (t) => {
+  const app = await startApp(t, { env: { PETSTORE_RATE_LIMIT: '5', PETSTORE_RATE_LIMIT_WINDOW: '10' } });
+  const { key: quiet } = await issueKey(app.store, 'quiet');
+  app.clock.set(app.clock.now() + 3_000);
+  for (let i = 0; i < 5; i++) assert.equal((await app.call({ method: 'GET', url: '/v1/pets' })).statusCode, 200);
+  const refused = await app.call({ method: 'POST', url: '/v1/pets', payload: PET });
+  assertError(refused, 429, 'rate_limited', '5 requests in 10 seconds', '7 seconds');
+  assert.equal(refused.headers['retry-after'], '7');
+  assertFields(refused, '"default";q=5;w=10', 0, 7);
+  assert.equal((await app.store.listPets({ limit: 10 })).length, 0, 'a refused create stores nothing');
+
+  const served = await app.call({ method: 'GET', url: '/v1/pets', headers: { authorization: `Bearer ${quiet}` } });
+  assert.equal(served.statusCode, 200);
+  assertFields(served, '"default";q=5;w=10', 4, 7);
+
+  app.clock.set(app.clock.now() + 7_000);
+  const again = await app.call({ method: 'GET', url: '/v1/pets' });
+  assert.equal(again.statusCode, 200);
+  assertFields(again, '"default";q=5;w=10', 4, 10);
+});
+
+test('PETSTORE_RATE_LIMIT=off sends no RateLimit fields and refuses nothing', async (t) => {
+  const app = await startApp(t, { env: { PETSTORE_RATE_LIMIT: 'off' } });
+  const response = await app.call({ method: 'GET', url: '/v1/pets' });
+  assert.equal(response.statusCode, 200);
+  assert.equal(response.headers.ratelimit, undefined);
+  assert.equal(response.headers['ratelimit-policy'], undefined);
+});
+
+test('an address that sends too many refused keys gets 429, before any key is checked; others are served', async (t) => {
+  const app = await startApp(t, { env: { PETSTORE_AUTH_FAILURE_LIMIT: '3', PETSTORE_RATE_LIMIT_WINDOW: '60' } });
+  const from = (remoteAddress: string, key: string) =>
+    app.app.inject({ method: 'GET', url: '/v1/pets', remoteAddress, headers: { authorization: `Bearer ${key}` } });
+  // Requests with no key at all are not guesses and do not count.
+  for (let i = 0; i < 5; i++) {
+    const none = await app.app.inject({ method: 'GET', url: '/v1/pets', remoteAddress: '192.0.2.7' });
+    assertError(none, 401, 'unauthorized');
+  }
+  for (let i = 0; i < 3; i++) assertError(await from('192.0.2.7', BAD_KEY), 401, 'unauthorized');
+  const blocked = await from('192.0.2.7', BAD_KEY);
+  assertError(blocked, 429, 'rate_limited', '192.0.2.7', '60 seconds');
+  assert.equal(blocked.headers['retry-after'], '60');
+  // Even a valid key from the address waits: a guess that happened to be right would be let in.
+  assertError(await from('192.0.2.7', app.key), 429, 'rate_limited');
+
+  assert.equal((await from('192.0.2.8', app.key)).statusCode, 200);
+  assertError(await from('192.0.2.8', BAD_KEY), 401, 'unauthorized');
+
+  app.clock.set(app.clock.now() + 60_000);
+  assert.equal((await from('192.0.2.7', app.key)).statusCode, 200);
+});
+
+test('behind a trusted proxy, the address limited is the client X-Forwarded-For names', async (t) => {
+  const app = await startApp(t, { env: { PETSTORE_AUTH_FAILURE_LIMIT: '1', PETSTORE_TRUST_PROXY: '10.0.0.0/8' } });
+  const via = (client: string, key: string, proxy = '10.1.2.3') =>
+    app.app.inject({
+      method: 'GET',
+      url: '/v1/pets',
+      remoteAddress: proxy,
+      headers: { authorization: `Bearer ${key}`, 'x-forwarded-for': client },
+    });
+  assertError(await via('198.51.100.1', BAD_KEY), 401, 'unauthorized');
+  assertError(await via('198.51.100.1', BAD_KEY), 429, 'rate_limited', '198.51.100.1');
+  assert.equal((await via('198.51.100.2', app.key)).statusCode, 200);
+  // An untrusted peer cannot pick its address with the header.
+  assertError(await via('198.51.100.3', BAD_KEY, '203.0.113.9'), 401, 'unauthorized');
+  assertError(await via('198.51.100.4', BAD_KEY, '203.0.113.9'), 429, 'rate_limited', '203.0.113.9');
+});
+
+test('two instances on one PostgreSQL database share each key limit', { skip: postgresSkip }, async (t) => {
+  const url = await createPostgresSchema(t);
+  const [storeA, storeB] = [openPostgresStore(url), openPostgresStore(url)];
+  t.after(() => Promise.all([storeA.close(), storeB.close()]));
+  await storeA.migrate();
+  const env = { PETSTORE_RATE_LIMIT: '6' };
+  const a = await startApp(t, { env, store: storeA });
+  const b = await startApp(t, { env, store: storeB });
+  const noisy = { authorization: `Bearer ${a.key}` };
+  for (let i = 0; i < 6; i++) {
+    const response = await (i % 2 ? b : a).app.inject({ method: 'GET', url: '/v1/pets', headers: noisy });
+    assert.equal(response.statusCode, 200);
+    assert.equal(response.headers.ratelimit, `"default";r=${5 - i};t=60`);
+  }
+  assertError(await a.app.inject({ method: 'GET', url: '/v1/pets', headers: noisy }), 429, 'rate_limited');
+  assertError(await b.app.inject({ method: 'GET', url: '/v1/pets', headers: noisy }), 429, 'rate_limited');
+  // b's own key is counted apart.
+  assert.equal((await b.call({ method: 'GET', url: '/v1/pets' })).statusCode, 200);
+});
