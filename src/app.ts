@@ -66,6 +66,9 @@ export async function buildApp({ config, store, clock = systemClock, logger }: A
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
   app.server.maxConnections = config.maxConnections;
+  // A client that half-closes right after its request (`printf … | nc`) still gets its answer,
+  // even when the store answers asynchronously; Node's default aborts the request instead.
+  Object.assign(app.server, { httpAllowHalfOpen: true });
   app.addHook('onRequest', guardRequest);
   if (config.corsOrigins.length > 0) {
     await app.register(cors, {

@@ -2,15 +2,15 @@ import assert from 'node:assert/strict';
 import { createServer, type AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { answerClientError } from '../src/http/client-errors.js';
-import { startApp, tempSqliteStore } from './helpers.js';
+import { startApp } from './helpers.js';
 import { assertRawError, exchange, parseResponse } from './raw.js';
 
 /**
- * The whole app listening on a real socket, so Node's own HTTP parser sees every byte. On
- * SQLite whatever the run: these tests are about the parser, and `exchange` half-closes.
+ * The whole app listening on a real socket, so Node's own HTTP parser sees every byte.
+ * `exchange` half-closes after writing, as `printf … | nc` does.
  */
 async function listen(t: TestContext) {
-  const app = await startApp(t, { store: (await tempSqliteStore(t)).store });
+  const app = await startApp(t);
   await app.app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.app.server.address() as AddressInfo;
   return { ...app, port };
@@ -100,6 +100,22 @@ test('creates an animal from a raw request and answers with the exact bytes', as
   assert.equal(response.statusLine, 'HTTP/1.1 201 Created');
   assert.equal(response.headers.get('location'), '/v1/pets/1');
   assert.equal(response.body, '{"id":1,"name":"Rex","categoryId":9223372036854775807,"status":"available"}');
+});
+
+test('answers every request a client sent before half-closing its side, pipelined ones too', async (t) => {
+  const { port, key } = await listen(t);
+  const auth = `Host: x\r\nAuthorization: Bearer ${key}\r\n`;
+  const body = '{"name":"Rex","categoryId":7}';
+  const raw = await exchange(
+    port,
+    `POST /v1/pets HTTP/1.1\r\n${auth}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
+      `GET /v1/pets HTTP/1.1\r\n${auth}\r\n`,
+  );
+  const [created, listed] = raw.split(/(?=HTTP\/1\.1 )/);
+  assert.equal(parseResponse(created!).statusLine, 'HTTP/1.1 201 Created');
+  const list = parseResponse(listed!);
+  assert.equal(list.statusLine, 'HTTP/1.1 200 OK');
+  assert.equal(list.body, '[{"id":1,"name":"Rex","categoryId":7,"status":"available"}]');
 });
 
 // Node counts the request line towards the 16 KiB header limit, so a longer one is a 431 before

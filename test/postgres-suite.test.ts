@@ -6,6 +6,7 @@ process.env.PETSTORE_TEST_STORE = 'postgres';
 describe('on PostgreSQL', async () => {
   await import('./auth.test.js');
   await import('./errors.test.js');
+  await import('./http-raw.test.js');
   await import('./idempotency.test.js');
   await import('./nothing-stored.test.js');
   await import('./pets-create.test.js');
