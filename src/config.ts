@@ -76,43 +76,39 @@ function integerOrOff(max: number) {
   };
 }
 
-/** Addresses and CIDR ranges, comma-separated; empty for none. */
-function addressList(raw: string): string[] {
-  const entries = raw
-    .split(',')
-    .map((entry) => entry.trim())
-    .filter((entry) => entry !== '');
-  for (const entry of entries) {
-    const [address = '', prefix, ...rest] = entry.split('/');
-    const version = isIP(address);
-    const bits = version === 4 ? 32 : 128;
-    const prefixOk = prefix === undefined || (/^[0-9]{1,3}$/.test(prefix) && Number(prefix) <= bits);
-    if (version === 0 || !prefixOk || rest.length > 0) {
-      throw new Error('must be IP addresses or CIDR ranges (10.0.0.0/8), comma-separated');
-    }
-  }
-  return entries;
+/** A comma-separated list whose every entry `isValid` accepts, else `message`; empty for none. */
+function listOf(isValid: (entry: string) => boolean, message: string) {
+  return (raw: string): string[] => {
+    const entries = raw
+      .split(',')
+      .map((entry) => entry.trim())
+      .filter((entry) => entry !== '');
+    if (!entries.every(isValid)) throw new Error(message);
+    return entries;
+  };
 }
 
-/** Browser origins, comma-separated, or `*`; empty for none. */
-function originList(raw: string): string[] {
-  const entries = raw
-    .split(',')
-    .map((entry) => entry.trim())
-    .filter((entry) => entry !== '');
-  for (const entry of entries) {
-    if (entry === '*') continue;
-    let url: URL | undefined;
-    try {
-      url = new URL(entry);
-    } catch {
-      url = undefined;
-    }
-    if (!url || url.origin !== entry)
-      throw new Error('must be origins like https://shop.example, comma-separated, or *');
-  }
-  return entries;
+/** An IP address or a CIDR range (10.0.0.0/8). */
+function isAddressOrRange(entry: string): boolean {
+  const [address = '', prefix, ...rest] = entry.split('/');
+  const version = isIP(address);
+  const bits = version === 4 ? 32 : 128;
+  const prefixOk = prefix === undefined || (/^[0-9]{1,3}$/.test(prefix) && Number(prefix) <= bits);
+  return version !== 0 && prefixOk && rest.length === 0;
 }
+
+/** `*`, or an origin exactly as a browser sends it (https://shop.example). */
+function isOrigin(entry: string): boolean {
+  if (entry === '*') return true;
+  try {
+    return new URL(entry).origin === entry;
+  } catch {
+    return false;
+  }
+}
+
+const addressList = listOf(isAddressOrRange, 'must be IP addresses or CIDR ranges (10.0.0.0/8), comma-separated');
+const originList = listOf(isOrigin, 'must be origins like https://shop.example, comma-separated, or *');
 
 const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 

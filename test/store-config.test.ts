@@ -51,3 +51,34 @@ test('petstore migrate and keys create work on PostgreSQL through DATABASE_URL',
   assert.equal(created.code, 0, created.stderr);
   assert.equal(JSON.parse(created.stdout).id, 1);
 });
+
+test('the limit settings read lists, off and bounds, and a bad value names its variable', () => {
+  const config = loadConfig({
+    PETSTORE_TRUST_PROXY: ' 10.0.0.0/8, ::1 ,192.0.2.7',
+    PETSTORE_CORS_ORIGINS: 'https://shop.example,http://127.0.0.1:3000',
+    PETSTORE_RATE_LIMIT: 'off',
+  });
+  assert.deepEqual(config.trustProxy, ['10.0.0.0/8', '::1', '192.0.2.7']);
+  assert.deepEqual(config.corsOrigins, ['https://shop.example', 'http://127.0.0.1:3000']);
+  assert.equal(config.rateLimit, undefined);
+  assert.deepEqual(loadConfig({}).trustProxy, []);
+  for (const [env, value] of [
+    ['PETSTORE_TRUST_PROXY', '10.0.0.0/33'],
+    ['PETSTORE_TRUST_PROXY', 'proxy.internal'],
+    ['PETSTORE_TRUST_PROXY', '10.0.0.1/8/8'],
+    ['PETSTORE_CORS_ORIGINS', 'https://shop.example/'],
+    ['PETSTORE_CORS_ORIGINS', 'shop.example'],
+    ['PETSTORE_RATE_LIMIT', '0'],
+    ['PETSTORE_RATE_LIMIT', 'never'],
+  ] as const) {
+    assert.throws(
+      () => loadConfig({ [env]: value }),
+      (error: Error) => error instanceof ConfigError && error.message.startsWith(`${env} must be`),
+      `${env}=${value}`,
+    );
+  }
+  assert.throws(
+    () => loadConfig({ PETSTORE_HEADERS_TIMEOUT_MS: '5000', PETSTORE_REQUEST_TIMEOUT_MS: '1000' }),
+    /PETSTORE_REQUEST_TIMEOUT_MS must be at least PETSTORE_HEADERS_TIMEOUT_MS/,
+  );
+});
