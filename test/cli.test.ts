@@ -61,16 +61,69 @@ test('--help lists the commands and every setting', async (t) => {
   }
 });
 
+test('every command has its own --help, which needs no valid setting', async (t) => {
+  // A bad setting would stop any command that ran: help must not read them.
+  const env = childEnv(t, { PORT: 'eighty' });
+  const commands = [
+    ['serve', /^Usage: petstore serve\n/, /PETSTORE_PUBLIC_URL/],
+    ['migrate', /^Usage: petstore migrate\n/, /DATABASE_URL/],
+    ['keys', /^Usage: petstore keys <create\|list\|revoke>/, /keys revoke <id>/],
+    ['keys create', /^Usage: petstore keys create --name <name> \[--json\]\n/, /"createdAt"/],
+    ['keys list', /^Usage: petstore keys list \[--json\]\n/, /"revokedAt"/],
+    ['keys revoke', /^Usage: petstore keys revoke <id>\n/, /1 no active key has this id/],
+  ] as const;
+  for (const [command, usage, detail] of commands) {
+    const words = command.split(' ');
+    for (const args of [
+      [...words, '--help'],
+      [...words, '-h'],
+      ['help', ...words],
+    ]) {
+      const { code, stdout, stderr } = await runCli(args, env);
+      assert.equal(code, 0, `${args.join(' ')}: ${stderr}`);
+      assert.match(stdout, usage, args.join(' '));
+      assert.match(stdout, detail, args.join(' '));
+    }
+  }
+});
+
+test("a bad subcommand line prints that subcommand's usage", async (t) => {
+  const env = childEnv(t);
+  const create = await runCli(['keys', 'create', '--name', 'x', '--bogus'], env);
+  assert.equal(create.code, 2);
+  assert.match(create.stderr, /^petstore: .*--bogus.*\n\nUsage: petstore keys create --name/);
+  const revoke = await runCli(['keys', 'revoke', 'abc'], env);
+  assert.match(revoke.stderr, /\n\nUsage: petstore keys revoke <id>/);
+  const keys = await runCli(['keys', 'rotate'], env);
+  assert.match(keys.stderr, /^petstore: unknown command: keys rotate\n\nUsage: petstore keys </);
+});
+
+test('keys create --json keeps standard output to the one JSON line, even while migrating', async (t) => {
+  const { code, stdout, stderr } = await runCli(['keys', 'create', '--name', 'ci', '--json'], childEnv(t));
+  assert.equal(code, 0);
+  assert.equal(stdout.split('\n').length, 2, stdout);
+  assert.ok(stdout.endsWith('}\n'));
+  assert.match(JSON.parse(stdout).key, KEY);
+  assert.match(stderr, /^Applied 001_pets_and_keys \([0-9]+ ms\)\.$/m);
+});
+
 test('a bad setting stops start-up with a message naming the variable', async (t) => {
   const { code, stderr } = await runCli(['serve'], childEnv(t, { PORT: 'eighty' }));
   assert.equal(code, 2);
   assert.match(stderr, /^petstore: PORT must be an integer from 0 to 65535 \(got "eighty"\)/);
 });
 
-test('migrate applies the migrations once', async (t) => {
+test('migrate applies the migrations once, one line on standard error for each as it is applied', async (t) => {
   const env = childEnv(t);
-  assert.match((await runCli(['migrate'], env)).stderr, /Applied 001_pets_and_keys/);
-  assert.match((await runCli(['migrate'], env)).stderr, /up to date/);
+  const first = await runCli(['migrate'], env);
+  assert.equal(first.code, 0);
+  assert.equal(first.stdout, '');
+  assert.match(
+    first.stderr,
+    /^Applied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 2 migrations; the database is up to date\.\n$/,
+  );
+  const second = await runCli(['migrate'], env);
+  assert.equal(second.stderr, 'The database is up to date.\n');
 });
 
 test('first start with no key prints one that works; the next start prints none', async (t) => {
