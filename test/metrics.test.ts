@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import type { Store } from '../src/store/store.js';
 import { addPet, assertError, startApp, tempSqliteStore, type TestApp } from './helpers.js';
@@ -104,6 +105,15 @@ test('the exposition is valid text format with every documented family and proce
   assert.equal(types.get('process_resident_memory_bytes'), 'gauge');
   assert.equal(types.get('nodejs_eventloop_lag_seconds'), 'gauge');
   assert.ok(valueOf(samples, 'process_resident_memory_bytes')! > 0);
+});
+
+test('the README lists every petstore_ metric the service exposes', async (t) => {
+  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+  const { types } = await scrape(await startApp(t));
+  const ours = [...types.keys()].filter((name) => name.startsWith('petstore_'));
+  assert.equal(ours.length, 5);
+  for (const name of ours)
+    assert.ok(readme.includes(`| \`${name}\``), `${name} has a row in the README's metrics table`);
 });
 
 test('counts and times requests by operation, method and status', async (t) => {
