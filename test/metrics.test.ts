@@ -183,6 +183,14 @@ test('petstore_store_duration_seconds times each Store method, failures apart', 
   );
 });
 
+test('a Store whose methods are inherited (a class) is timed as well', async (t) => {
+  const { store: real } = await tempSqliteStore(t);
+  const app = await startApp(t, { store: Object.create(real) as Store });
+  assert.equal((await app.call({ method: 'GET', url: '/v1/pets' })).statusCode, 200);
+  const { samples } = await scrape(app);
+  assert.equal(valueOf(samples, 'petstore_store_duration_seconds_count', { method: 'listPets', outcome: 'ok' }), 1);
+});
+
 test('petstore_http_requests_in_flight counts requests not yet answered', async (t) => {
   const { store: real } = await tempSqliteStore(t);
   let release!: () => void;

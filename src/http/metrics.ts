@@ -79,10 +79,25 @@ export function createMetrics(store: Store): Metrics {
   };
 }
 
+/** Every method of `store`, own or inherited, so a Store written as a class is timed too. */
+function methodNames(store: Store): string[] {
+  const names = new Set<string>();
+  for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+    for (const name of Object.getOwnPropertyNames(o)) {
+      if (name !== 'constructor' && typeof (store as unknown as Record<string, unknown>)[name] === 'function') {
+        names.add(name);
+      }
+    }
+  }
+  return [...names];
+}
+
 /** `store` with the time of every method call observed in `petstore_store_duration_seconds`. */
 export function timeStore(store: Store, { storeDuration }: Metrics): Store {
   const timed: Record<string, unknown> = {};
-  for (const [name, method] of Object.entries(store) as [string, (...args: unknown[]) => Promise<unknown>][]) {
+  const methods = store as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+  for (const name of methodNames(store)) {
+    const method = methods[name]!;
     timed[name] = async (...args: unknown[]) => {
       const end = storeDuration.startTimer({ method: name });
       try {
@@ -101,19 +116,23 @@ export function timeStore(store: Store, { storeDuration }: Metrics): Store {
 /** Counts and times every request that reaches a route, and tracks those in flight. */
 export function observeRequests(app: FastifyInstance, metrics: Metrics): void {
   const open = new WeakSet<FastifyRequest>();
-  app.addHook('onRequest', async (request) => {
+  // Callback hooks: no promise per request on the hot path.
+  app.addHook('onRequest', (request, _reply, done) => {
     open.add(request);
     metrics.inFlight.inc();
+    done();
   });
   // A request whose client went away is no longer in flight, answered or not.
-  app.addHook('onRequestAbort', async (request) => {
+  app.addHook('onRequestAbort', (request, done) => {
     if (open.delete(request)) metrics.inFlight.dec();
+    done();
   });
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     if (open.delete(request)) metrics.inFlight.dec();
     const labels = { operation: operationOf(request), method: request.method, status: String(reply.statusCode) };
     metrics.requests.inc(labels);
     metrics.duration.observe(labels, reply.elapsedTime / 1000);
+    done();
   });
 }
 

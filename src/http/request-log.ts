@@ -40,19 +40,22 @@ export function loggingOptions(
  * `durationMs`.
  */
 export function logRequests(app: FastifyInstance): void {
-  app.addHook('onSend', async (request, reply) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
     reply.header('x-request-id', request.id);
+    done(null, payload);
   });
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     const path = request.url.split('?', 1)[0];
     const durationMs = Math.round(reply.elapsedTime * 1000) / 1000;
     request.log.info(
       { operation: operationOf(request), method: request.method, path, status: reply.statusCode, durationMs },
       'request completed',
     );
+    done();
   });
-  app.addHook('onRequestAbort', async (request) => {
+  app.addHook('onRequestAbort', (request, done) => {
     const path = request.url.split('?', 1)[0];
     request.log.info({ operation: operationOf(request), method: request.method, path }, 'request aborted by client');
+    done();
   });
 }
