@@ -161,6 +161,24 @@ test('petstore_pets counts animals by status when scraped', async (t) => {
   assert.equal(valueOf(samples, 'petstore_pets', { status: 'sold' }), 2);
 });
 
+test('a scrape while the database is down still answers, without petstore_pets', async (t) => {
+  const { store: real } = await tempSqliteStore(t);
+  let down = false;
+  const store: Store = {
+    ...real,
+    countPetsByStatus: () => (down ? Promise.reject(new Error('database gone')) : real.countPetsByStatus()),
+  };
+  const app = await startApp(t, { store });
+  assert.equal(valueOf((await scrape(app)).samples, 'petstore_pets', { status: 'sold' }), 0);
+  down = true;
+  const { samples, types } = await scrape(app);
+  assert.equal(types.get('petstore_pets'), 'gauge');
+  assert.equal(valueOf(samples, 'petstore_pets', { status: 'sold' }), undefined);
+  assert.ok(valueOf(samples, 'process_resident_memory_bytes')! > 0);
+  down = false;
+  assert.equal(valueOf((await scrape(app)).samples, 'petstore_pets', { status: 'sold' }), 0);
+});
+
 test('petstore_store_duration_seconds times each Store method, failures apart', async (t) => {
   const { store: real } = await tempSqliteStore(t);
   let failNext = false;

@@ -5,7 +5,7 @@ import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { issueKey } from '../src/keys/cli.js';
 import type { Store } from '../src/store/store.js';
-import { tempSqliteStore } from './helpers.js';
+import { startApp, tempSqliteStore } from './helpers.js';
 import { childEnv, runCli, startServer } from './process.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -157,4 +157,26 @@ test('petstore serve writes the request line on standard output', async (t) => {
   assert.equal(entry.path, '/v1/pets');
   assert.equal(entry.status, 200);
   assert.ok(!line.includes(key));
+});
+
+test('with CORS on, browsers may send X-Request-Id and read it back', async (t) => {
+  const { app, call } = await startApp(t, { env: { PETSTORE_CORS_ORIGINS: 'https://shop.example' } });
+  const preflight = await app.inject({
+    method: 'OPTIONS',
+    url: '/v1/pets',
+    headers: {
+      origin: 'https://shop.example',
+      'access-control-request-method': 'GET',
+      'access-control-request-headers': 'authorization, x-request-id',
+    },
+  });
+  assert.equal(preflight.statusCode, 204);
+  assert.match(String(preflight.headers['access-control-allow-headers']), /X-Request-Id/);
+  const response = await call({
+    method: 'GET',
+    url: '/v1/pets',
+    headers: { origin: 'https://shop.example', 'x-request-id': 'browser-1' },
+  });
+  assert.equal(response.headers['x-request-id'], 'browser-1');
+  assert.match(String(response.headers['access-control-expose-headers']), /X-Request-Id/);
 });

@@ -65,9 +65,15 @@ export function createMetrics(store: Store): Metrics {
     help: 'Animals in the store by status, counted when scraped.',
     labelNames: ['status'] as const,
     registers,
+    // The database being down must not fail the scrape: the other metrics matter most then.
+    // The series are left out instead, so a stale count is never shown as current.
     async collect() {
-      const counts = await store.countPetsByStatus();
-      for (const status of petStatuses) this.set({ status }, counts[status]);
+      try {
+        const counts = await store.countPetsByStatus();
+        for (const status of petStatuses) this.set({ status }, counts[status]);
+      } catch {
+        this.reset();
+      }
     },
   });
   return {
