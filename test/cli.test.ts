@@ -77,10 +77,8 @@ test('every command has its own --help, which needs no valid setting', async (t)
     [['keys', 'create', '--help'], create],
     [['keys', 'list', '--help'], list],
     [['keys', 'revoke', '--help'], revoke],
-    [['-h', 'migrate'], migrate],
     [['keys', 'list', '-h'], list],
     [['help', 'keys', 'create'], create],
-    [['help', 'serve'], serve],
   ];
   const results = await Promise.all(cases.map(([args]) => runCli(args, env)));
   for (const [i, { code, stdout, stderr }] of results.entries()) {
