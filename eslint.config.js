@@ -2,7 +2,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'data/', 'coverage/', 'clients/*/dist/'] },
+  { ignores: ['dist/', 'node_modules/', 'data/', 'coverage/', 'clients/*/dist/', 'clients/*/dist-test/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

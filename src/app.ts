@@ -10,8 +10,10 @@ import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
 import { guardRequest } from './http/limits.js';
 import { refuseOtherMethods, routeEveryMethod } from './http/methods.js';
+import { createMetrics, observeRequests, registerMetrics, timeStore } from './http/metrics.js';
 import { parseQuery } from './http/query.js';
 import { RateLimits } from './http/rate-limit.js';
+import { loggingOptions, logRequests } from './http/request-log.js';
 import { compileValidator } from './http/validation.js';
 import { createPet, getPet, listPets } from './pets/routes.js';
 import { sharedSchemas } from './schemas.js';
@@ -24,16 +26,24 @@ export interface AppDeps {
   config: Config;
   store: Store;
   clock?: Clock;
-  /** A pino logger; by default one at `config.logLevel` on standard output. */
+  /** A pino logger; by default one at `config.logLevel` on `logStream`. */
   logger?: FastifyBaseLogger | boolean;
+  /** Where the default logger writes its JSON lines; standard output when absent. */
+  logStream?: NodeJS.WritableStream;
 }
 
 /** The whole service, wired. It never listens: `server.ts` does, tests `inject`. */
-export async function buildApp({ config, store, clock = systemClock, logger }: AppDeps): Promise<FastifyInstance> {
+export async function buildApp({
+  config,
+  store: plainStore,
+  clock = systemClock,
+  logger,
+  logStream,
+}: AppDeps): Promise<FastifyInstance> {
+  const { logger: logOptions, ...requestIds } = loggingOptions(config, logStream);
   const app = Fastify({
-    ...(logger && typeof logger === 'object'
-      ? { loggerInstance: logger }
-      : { logger: logger ?? { level: config.logLevel, redact: ['req.headers.authorization'] } }),
+    ...(logger && typeof logger === 'object' ? { loggerInstance: logger } : { logger: logger ?? logOptions }),
+    ...requestIds,
     bodyLimit: BODY_LIMIT,
     // Slow clients are cut off with a 408 (checked every second); the others are not delayed.
     http: {
@@ -69,13 +79,25 @@ export async function buildApp({ config, store, clock = systemClock, logger }: A
   // A client that half-closes right after its request (`printf … | nc`) still gets its answer,
   // even when the store answers asynchronously; Node's default aborts the request instead.
   Object.assign(app.server, { httpAllowHalfOpen: true });
+  const metrics = createMetrics(plainStore);
+  const store = timeStore(plainStore, metrics);
+  observeRequests(app, metrics);
+  logRequests(app);
   app.addHook('onRequest', guardRequest);
   if (config.corsOrigins.length > 0) {
     await app.register(cors, {
       origin: config.corsOrigins.includes('*') ? '*' : config.corsOrigins,
       methods: ['GET', 'HEAD', 'POST'],
-      allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key'],
-      exposedHeaders: ['Location', 'Link', 'Retry-After', 'RateLimit', 'RateLimit-Policy', 'Idempotent-Replayed'],
+      allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'X-Request-Id'],
+      exposedHeaders: [
+        'Location',
+        'Link',
+        'Retry-After',
+        'RateLimit',
+        'RateLimit-Policy',
+        'Idempotent-Replayed',
+        'X-Request-Id',
+      ],
       maxAge: 600,
       // A preflight without Origin is answered like any other, not with a text/plain 400.
       strictPreflight: false,
@@ -89,10 +111,11 @@ export async function buildApp({ config, store, clock = systemClock, logger }: A
   listPets(app, deps);
   createPet(app, deps);
   getPet(app, deps);
+  registerMetrics(app, metrics, deps.authenticate);
 
   refuseOtherMethods(app, '/v1/pets', ['GET', 'POST']);
   refuseOtherMethods(app, '/v1/pets/:petId', ['GET']);
-  for (const url of ['/v1/openapi.json', '/healthz', '/readyz']) refuseOtherMethods(app, url, ['GET']);
+  for (const url of ['/v1/openapi.json', '/healthz', '/readyz', '/metrics']) refuseOtherMethods(app, url, ['GET']);
 
   return app;
 }

@@ -1,10 +1,16 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';
+import { ConfigError, describeSettings, loadConfig, settings, type Config } from './config.js';
 import { createKeyCommand, listKeysCommand, revokeKeyCommand, type Output } from './keys/cli.js';
-import { serve } from './server.js';
+import { reportMigration, serve } from './server.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
+
+const storeSettings = [settings.sqlitePath, settings.databaseUrl, settings.dbTimeoutMs]
+  .map((s) => `  ${s.env.padEnd(28)} ${s.description}`)
+  .join('\n');
+
+const exitCodes = `Exit status: 0 done, 1 failed, 2 bad command line or setting.`;
 
 const usage = `Usage: petstore <command> [options]
 
@@ -17,13 +23,92 @@ Commands:
   keys revoke <id>               Revoke a key; every instance refuses it within one second.
 
 Options:
-  -h, --help                     Show this help.
+  -h, --help                     Show this help, or a command's: petstore keys create --help.
 
 Settings (environment variables):
 ${describeSettings()}
 `;
 
-class UsageError extends Error {}
+/** Help for each command, shown by `petstore <command> --help` and `petstore help <command>`. */
+const commandHelp: Record<string, string> = {
+  serve: `Usage: petstore serve
+
+Applies pending database migrations (one line each on standard error), issues a first API key
+when the database has none (printed once, on standard error), then serves the API. Logs are JSON
+lines on standard output. SIGTERM or SIGINT stops accepting, lets in-flight requests finish
+(10 s at most), closes the database and exits 0.
+
+Settings (environment variables):
+${describeSettings()}
+`,
+  migrate: `Usage: petstore migrate
+
+Applies the database migrations not yet applied, printing one line on standard error as each
+is applied, then exits. Safe to run from several places at once: each migration is applied
+exactly once.
+
+Settings (environment variables):
+${storeSettings}
+
+${exitCodes}
+`,
+  keys: `Usage: petstore keys <create|list|revoke> [options]
+
+  keys create --name <name> [--json]   Issue an API key, printed once.
+  keys list [--json]                   List keys; never a secret.
+  keys revoke <id>                     Revoke a key.
+
+See petstore keys <command> --help.
+`,
+  'keys create': `Usage: petstore keys create --name <name> [--json]
+
+Issues an API key. The key goes to standard output and nowhere else, exactly once: the service
+keeps only its hash. A note for people goes to standard error.
+
+Options:
+  --name <name>   What the key is for (1 to 100 characters), shown by keys list.
+  --json          Print one JSON line instead: {"id","name","key","createdAt"}.
+
+Example:
+  KEY=$(petstore keys create --name ci)
+  petstore keys create --name deploy --json | jq -r .key
+
+Settings (environment variables):
+${storeSettings}
+
+${exitCodes}
+`,
+  'keys list': `Usage: petstore keys list [--json]
+
+Lists every key: id, name, its first characters, when it was created and revoked. Never a key.
+
+Options:
+  --json          One JSON line per key: {"id","name","hint","createdAt","revokedAt"}.
+
+Settings (environment variables):
+${storeSettings}
+
+${exitCodes}
+`,
+  'keys revoke': `Usage: petstore keys revoke <id>
+
+Revokes the key with this id (see keys list). Every instance refuses it within one second.
+
+Settings (environment variables):
+${storeSettings}
+
+Exit status: 0 revoked, 1 no active key has this id, 2 bad command line or setting.
+`,
+};
+
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly help = usage,
+  ) {
+    super(message);
+  }
+}
 
 const io: Output = {
   out: (line) => process.stdout.write(line + '\n'),
@@ -33,11 +118,22 @@ const io: Output = {
 async function withStore<T>(config: Config, run: (store: Store) => Promise<T>): Promise<T> {
   const store = await openStore(config);
   try {
-    await store.migrate();
+    await store.migrate(reportMigration);
     return await run(store);
   } finally {
     await store.close();
   }
+}
+
+/** The help a command line asks for: `<command> --help`, `help <command>`, or none. */
+function askedHelp(positionals: string[], help: boolean): string | undefined {
+  const words = positionals[0] === 'help' ? positionals.slice(1) : help ? positionals : undefined;
+  if (!words) return undefined;
+  for (let n = Math.min(words.length, 2); n > 0; n--) {
+    const text = commandHelp[words.slice(0, n).join(' ')];
+    if (text) return text;
+  }
+  return usage;
 }
 
 /** Runs the command line; resolves to the process exit code (serve keeps running). */
@@ -51,14 +147,16 @@ export async function main(argv: string[]): Promise<number> {
       options: { name: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
     });
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    const words = argv.filter((arg) => !arg.startsWith('-'));
+    throw new UsageError((error as Error).message, askedHelp(words, true));
   }
   const { positionals, values } = parsed;
-  const [command, sub, ...rest] = positionals;
-  if (values.help || command === 'help') {
-    io.out(usage);
+  const help = askedHelp(positionals, values.help ?? false);
+  if (help) {
+    io.out(help);
     return 0;
   }
+  const [command, sub, ...rest] = positionals;
   const config = loadConfig();
   const json = values.json ?? false;
 
@@ -68,13 +166,19 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (command === 'migrate' && sub === undefined) {
     const store = await openStore(config);
-    const applied = await store.migrate().finally(() => store.close());
-    io.err(applied.length ? `Applied ${applied.join(', ')}.` : 'The database is up to date.');
+    const applied = await store.migrate(reportMigration).finally(() => store.close());
+    io.err(
+      applied.length
+        ? `Applied ${applied.length} migration${applied.length > 1 ? 's' : ''}; the database is up to date.`
+        : 'The database is up to date.',
+    );
     return 0;
   }
   if (command === 'keys' && sub === 'create' && rest.length === 0) {
     const name = values.name?.trim();
-    if (!name || name.length > 100) throw new UsageError('keys create needs --name with 1 to 100 characters');
+    if (!name || name.length > 100) {
+      throw new UsageError('keys create needs --name with 1 to 100 characters', commandHelp['keys create']);
+    }
     await withStore(config, (store) => createKeyCommand(store, name, json, io));
     return 0;
   }
@@ -84,11 +188,12 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (command === 'keys' && sub === 'revoke' && rest.length === 1) {
     if (!/^[1-9][0-9]{0,8}$/.test(rest[0]!))
-      throw new UsageError('keys revoke needs the numeric id shown by keys list');
+      throw new UsageError('keys revoke needs the numeric id shown by keys list', commandHelp['keys revoke']);
     const revoked = await withStore(config, (store) => revokeKeyCommand(store, Number(rest[0]), io));
     return revoked ? 0 : 1;
   }
-  throw new UsageError(command ? `unknown command: ${positionals.join(' ')}` : 'no command given');
+  const nearest = askedHelp(positionals, true);
+  throw new UsageError(command ? `unknown command: ${positionals.join(' ')}` : 'no command given', nearest);
 }
 
 main(process.argv.slice(2)).then(
@@ -97,7 +202,7 @@ main(process.argv.slice(2)).then(
   },
   (error: unknown) => {
     if (error instanceof UsageError) {
-      io.err(`petstore: ${error.message}\n\n${usage}`);
+      io.err(`petstore: ${error.message}\n\n${error.help}`);
       process.exitCode = 2;
     } else if (error instanceof ConfigError) {
       io.err(`petstore: ${error.message}`);

@@ -8,6 +8,11 @@ import type { Store } from './store/store.js';
 
 const DRAIN_MS = 10_000;
 
+/** One line on standard error per migration, as soon as it is applied: long ones show progress. */
+export function reportMigration(name: string, ms: number): void {
+  process.stderr.write(`Applied ${name} (${Math.round(ms)} ms).\n`);
+}
+
 function announceFirstKey(key: string, app: FastifyInstance) {
   const { address, port } = app.server.address() as AddressInfo;
   const url = `http://${address.includes(':') ? `[${address}]` : address}:${port}/v1/pets`;
@@ -32,7 +37,7 @@ function announceFirstKey(key: string, app: FastifyInstance) {
  */
 export async function serve(config: Config): Promise<{ app: FastifyInstance; store: Store }> {
   const store = await openStore(config);
-  await store.migrate();
+  await store.migrate(reportMigration);
   const first = await issueFirstKey(store);
   const app = await buildApp({ config, store });
   await app.listen({ host: config.host, port: config.port });

@@ -61,16 +61,70 @@ test('--help lists the commands and every setting', async (t) => {
   }
 });
 
+test('every command has its own --help, which needs no valid setting', async (t) => {
+  // A bad setting would stop any command that ran: help must not read them.
+  const env = childEnv(t, { PORT: 'eighty' });
+  const serve = [/^Usage: petstore serve\n/, /PETSTORE_PUBLIC_URL/];
+  const migrate = [/^Usage: petstore migrate\n/, /DATABASE_URL/];
+  const keys = [/^Usage: petstore keys <create\|list\|revoke>/, /keys revoke <id>/];
+  const create = [/^Usage: petstore keys create --name <name> \[--json\]\n/, /"createdAt"/];
+  const list = [/^Usage: petstore keys list \[--json\]\n/, /"revokedAt"/];
+  const revoke = [/^Usage: petstore keys revoke <id>\n/, /1 no active key has this id/];
+  const cases: [string[], RegExp[]][] = [
+    [['serve', '--help'], serve],
+    [['migrate', '--help'], migrate],
+    [['keys', '--help'], keys],
+    [['keys', 'create', '--help'], create],
+    [['keys', 'list', '--help'], list],
+    [['keys', 'revoke', '--help'], revoke],
+    [['keys', 'list', '-h'], list],
+    [['help', 'keys', 'create'], create],
+  ];
+  const results = await Promise.all(cases.map(([args]) => runCli(args, env)));
+  for (const [i, { code, stdout, stderr }] of results.entries()) {
+    const [args, patterns] = cases[i]!;
+    assert.equal(code, 0, `${args.join(' ')}: ${stderr}`);
+    for (const pattern of patterns) assert.match(stdout, pattern, args.join(' '));
+  }
+});
+
+test("a bad subcommand line prints that subcommand's usage", async (t) => {
+  const env = childEnv(t);
+  const create = await runCli(['keys', 'create', '--name', 'x', '--bogus'], env);
+  assert.equal(create.code, 2);
+  assert.match(create.stderr, /^petstore: .*--bogus.*\n\nUsage: petstore keys create --name/);
+  const revoke = await runCli(['keys', 'revoke', 'abc'], env);
+  assert.match(revoke.stderr, /\n\nUsage: petstore keys revoke <id>/);
+  const keys = await runCli(['keys', 'rotate'], env);
+  assert.match(keys.stderr, /^petstore: unknown command: keys rotate\n\nUsage: petstore keys </);
+});
+
+test('keys create --json keeps standard output to the one JSON line, even while migrating', async (t) => {
+  const { code, stdout, stderr } = await runCli(['keys', 'create', '--name', 'ci', '--json'], childEnv(t));
+  assert.equal(code, 0);
+  assert.equal(stdout.split('\n').length, 2, stdout);
+  assert.ok(stdout.endsWith('}\n'));
+  assert.match(JSON.parse(stdout).key, KEY);
+  assert.match(stderr, /^Applied 001_pets_and_keys \([0-9]+ ms\)\.$/m);
+});
+
 test('a bad setting stops start-up with a message naming the variable', async (t) => {
   const { code, stderr } = await runCli(['serve'], childEnv(t, { PORT: 'eighty' }));
   assert.equal(code, 2);
   assert.match(stderr, /^petstore: PORT must be an integer from 0 to 65535 \(got "eighty"\)/);
 });
 
-test('migrate applies the migrations once', async (t) => {
+test('migrate applies the migrations once, one line on standard error for each as it is applied', async (t) => {
   const env = childEnv(t);
-  assert.match((await runCli(['migrate'], env)).stderr, /Applied 001_pets_and_keys/);
-  assert.match((await runCli(['migrate'], env)).stderr, /up to date/);
+  const first = await runCli(['migrate'], env);
+  assert.equal(first.code, 0);
+  assert.equal(first.stdout, '');
+  assert.match(
+    first.stderr,
+    /^Applied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 2 migrations; the database is up to date\.\n$/,
+  );
+  const second = await runCli(['migrate'], env);
+  assert.equal(second.stderr, 'The database is up to date.\n');
 });
 
 test('first start with no key prints one that works; the next start prints none', async (t) => {

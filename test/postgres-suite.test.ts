@@ -8,6 +8,7 @@ describe('on PostgreSQL', async () => {
   await import('./errors.test.js');
   await import('./http-raw.test.js');
   await import('./idempotency.test.js');
+  await import('./metrics.test.js');
   await import('./nothing-stored.test.js');
   await import('./pets-create.test.js');
   await import('./pets-get.test.js');

@@ -39,7 +39,15 @@ for (const kind of storeKinds) {
     it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {
       const database = await kind.createDatabase(t);
       const store = database.open();
-      assert.deepEqual(await store.migrate(), ['001_pets_and_keys', '002_idempotency_keys']);
+      const heard: string[] = [];
+      assert.deepEqual(
+        await store.migrate((name, ms) => {
+          assert.ok(ms >= 0);
+          heard.push(name);
+        }),
+        ['001_pets_and_keys', '002_idempotency_keys'],
+      );
+      assert.deepEqual(heard, ['001_pets_and_keys', '002_idempotency_keys']);
       const pet = await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
       assert.deepEqual(await store.migrate(), []);
       assert.deepEqual(await store.getPet(pet.id), pet);
@@ -115,6 +123,14 @@ for (const kind of storeKinds) {
       ]);
       assert.deepEqual(await store.listPets({ limit: 100, status: 'pending' }), [pets[3]]);
       assert.deepEqual(await store.listPets({ limit: 100, afterId: 0n }), pets);
+    });
+
+    it('countPetsByStatus counts every status, 0 for a status no animal has', async (t) => {
+      const [store] = await migrated(t);
+      assert.deepEqual(await store.countPetsByStatus(), { available: 0, pending: 0, sold: 0 });
+      const statuses = ['sold', 'available', 'sold', 'sold', 'available'] as const;
+      for (const status of statuses) await store.createPet({ name: 'n', categoryId: 1n, status });
+      assert.deepEqual(await store.countPetsByStatus(), { available: 2, pending: 0, sold: 3 });
     });
 
     it('keyset paging visits every animal exactly once, in order, while more are added', async (t) => {

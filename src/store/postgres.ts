@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { readMigrations } from './migrations.js';
-import { toKey, toPet, type KeyRow, type PetRow } from './rows.js';
+import type { PetStatus } from '../schemas.js';
+import { countByStatus, toKey, toPet, type KeyRow, type PetRow } from './rows.js';
 import {
   StoreUnavailableError,
   type IdempotencyClaim,
@@ -62,6 +63,7 @@ const statements = {
   getPet: `SELECT ${PET_COLUMNS} FROM pets WHERE id = $1`,
   listAll: `SELECT ${PET_COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
   listByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
+  countByStatus: 'SELECT status, count(*) AS count FROM pets GROUP BY status',
   insertKey: `INSERT INTO api_keys (name, hint, hash, created_at) VALUES ($1, $2, $3, $4) RETURNING ${KEY_COLUMNS}`,
   findKey: 'SELECT id, hash FROM api_keys WHERE hash = $1 AND revoked_at IS NULL',
   listKeys: `SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY id`,
@@ -99,6 +101,7 @@ const RETRIED = new Set<StatementName>([
   'getPet',
   'listAll',
   'listByStatus',
+  'countByStatus',
   'findKey',
   'listKeys',
   'countHit',
@@ -231,7 +234,7 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
   let countersWindow = -Infinity;
 
   return {
-    async migrate() {
+    async migrate(onApplied?: (name: string, ms: number) => void) {
       const client = new pg.Client({
         ...connection,
         statement_timeout: MIGRATION_TIMEOUT_MS,
@@ -254,12 +257,14 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
           const applied = new Set(rows.map((row) => row.version));
           for (const migration of readMigrations('postgres')) {
             if (applied.has(migration.version)) continue;
+            const started = performance.now();
             await client.query(migration.sql);
             await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, now())', [
               migration.version,
               migration.name,
             ]);
             names.push(migration.name);
+            onApplied?.(migration.name, performance.now() - started);
           }
           await client.query('COMMIT');
         } catch (error) {
@@ -332,6 +337,11 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
         ? await query<PetRow>('listByStatus', [status, afterId, limit])
         : await query<PetRow>('listAll', [afterId, limit]);
       return rows.map(toPet);
+    },
+
+    async countPetsByStatus() {
+      const { rows } = await query<{ status: PetStatus; count: bigint }>('countByStatus');
+      return countByStatus(rows);
     },
 
     async createKey(key: NewKeyRecord) {

@@ -32,3 +32,10 @@ export const toKey = (row: KeyRow): KeyRecord => ({
   createdAt: new Date(row.created_at),
   revokedAt: row.revoked_at === null ? null : new Date(row.revoked_at),
 });
+
+/** `SELECT status, count(*) … GROUP BY status` rows as a count for every status, 0 when absent. */
+export function countByStatus(rows: { status: PetStatus; count: bigint | number }[]): Record<PetStatus, number> {
+  const counts: Record<PetStatus, number> = { available: 0, pending: 0, sold: 0 };
+  for (const row of rows) counts[row.status] = Number(row.count);
+  return counts;
+}

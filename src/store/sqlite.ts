@@ -3,7 +3,8 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { memoryCounters } from './counters.js';
 import { readMigrations } from './migrations.js';
-import { toKey, toPet, type KeyRow, type PetRow } from './rows.js';
+import type { PetStatus } from '../schemas.js';
+import { countByStatus, toKey, toPet, type KeyRow, type PetRow } from './rows.js';
 import {
   StoreUnavailableError,
   type IdempotencyClaim,
@@ -73,6 +74,9 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     listByStatus: db.prepare<[string, bigint, number], PetRow>(
       'SELECT id, name, category_id, status FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?',
     ),
+    countByStatus: db.prepare<[], { status: PetStatus; count: bigint }>(
+      'SELECT status, count(*) AS count FROM pets GROUP BY status',
+    ),
     findIdempotency: db.prepare<[bigint, string], IdempotencyRow>(
       'SELECT fingerprint, response_status, response_body, response_location, expires_at FROM idempotency_keys ' +
         'WHERE api_key_id = ? AND key = ?',
@@ -104,7 +108,7 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
   };
 
   return busyAsUnavailable({
-    async migrate() {
+    async migrate(onApplied?: (name: string, ms: number) => void) {
       const names: string[] = [];
       // IMMEDIATE: a second process migrating at the same moment waits instead of racing, then
       // reads what the first applied.
@@ -117,6 +121,7 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
         );
         for (const migration of readMigrations('sqlite')) {
           if (applied.has(migration.version)) continue;
+          const started = performance.now();
           db.exec(migration.sql);
           db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
             migration.version,
@@ -124,6 +129,7 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
             new Date().toISOString(),
           );
           names.push(migration.name);
+          onApplied?.(migration.name, performance.now() - started);
         }
       }).immediate();
       statements = prepare();
@@ -187,6 +193,10 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     async listPets({ status, afterId = 0n, limit }: ListQuery) {
       const rows = status ? ready().listByStatus.all(status, afterId, limit) : ready().listAll.all(afterId, limit);
       return rows.map(toPet);
+    },
+
+    async countPetsByStatus() {
+      return countByStatus(ready().countByStatus.all());
     },
 
     async createKey(key: NewKeyRecord) {

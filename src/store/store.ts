@@ -63,8 +63,11 @@ export type OnceOutcome =
  * know nothing of HTTP.
  */
 export interface Store {
-  /** Applies the migrations not yet applied; returns their names. */
-  migrate(): Promise<string[]>;
+  /**
+   * Applies the migrations not yet applied; returns their names. `onApplied` hears of each one
+   * as soon as it has run, so a long migration shows progress.
+   */
+  migrate(onApplied?: (name: string, ms: number) => void): Promise<string[]>;
   /** Resolves when the database answers; rejects when it does not. */
   ping(): Promise<void>;
 
@@ -82,6 +85,8 @@ export interface Store {
   getPet(id: bigint): Promise<PetRecord | undefined>;
   /** Ascending id. */
   listPets(query: ListQuery): Promise<PetRecord[]>;
+  /** How many animals have each status right now; every status is present, 0 when none. */
+  countPetsByStatus(): Promise<Record<PetStatus, number>>;
 
   createKey(key: NewKeyRecord): Promise<KeyRecord>;
   /** The hash of the active (not revoked) key with this hash, if any. */

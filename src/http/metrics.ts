@@ -1,0 +1,154 @@
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { petStatuses } from '../schemas.js';
+import type { Store } from '../store/store.js';
+import { operationOf } from './operation.js';
+
+const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const STORE_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+
+let processRegistry: Registry | undefined;
+
+// Process metrics describe the process, not an app: one set however many apps a process builds
+// (tests build hundreds), each collector installed once.
+function readProcessRegistry(): Registry {
+  if (!processRegistry) {
+    processRegistry = new Registry();
+    collectDefaultMetrics({ register: processRegistry });
+  }
+  return processRegistry;
+}
+
+export interface Metrics {
+  /** This app's metrics and the process's, in the Prometheus text format. */
+  registry: Registry;
+  requests: Counter<'operation' | 'method' | 'status'>;
+  duration: Histogram<'operation' | 'method' | 'status'>;
+  inFlight: Gauge;
+  storeDuration: Histogram<'method' | 'outcome'>;
+}
+
+/**
+ * The app's metrics in a registry of its own (not prom-client's global one), so apps built in
+ * one process never share or clash. `petstore_pets` is counted from `store` at scrape time.
+ */
+export function createMetrics(store: Store): Metrics {
+  const registry = new Registry();
+  const registers = [registry];
+  const requests = new Counter({
+    name: 'petstore_http_requests_total',
+    help: 'HTTP requests answered, by operation (operationId or route), method and status.',
+    labelNames: ['operation', 'method', 'status'] as const,
+    registers,
+  });
+  const duration = new Histogram({
+    name: 'petstore_http_request_duration_seconds',
+    help: 'Time from receiving a request to sending its response, by operation, method and status.',
+    labelNames: ['operation', 'method', 'status'] as const,
+    buckets: HTTP_BUCKETS,
+    registers,
+  });
+  const inFlight = new Gauge({
+    name: 'petstore_http_requests_in_flight',
+    help: 'Requests received and not yet answered.',
+    registers,
+  });
+  const storeDuration = new Histogram({
+    name: 'petstore_store_duration_seconds',
+    help: 'Time a Store method took, by method and outcome (ok or error).',
+    labelNames: ['method', 'outcome'] as const,
+    buckets: STORE_BUCKETS,
+    registers,
+  });
+  new Gauge({
+    name: 'petstore_pets',
+    help: 'Animals in the store by status, counted when scraped.',
+    labelNames: ['status'] as const,
+    registers,
+    // The database being down must not fail the scrape: the other metrics matter most then.
+    // The series are left out instead, so a stale count is never shown as current.
+    async collect() {
+      try {
+        const counts = await store.countPetsByStatus();
+        for (const status of petStatuses) this.set({ status }, counts[status]);
+      } catch {
+        this.reset();
+      }
+    },
+  });
+  return {
+    registry: Registry.merge([registry, readProcessRegistry()]),
+    requests,
+    duration,
+    inFlight,
+    storeDuration,
+  };
+}
+
+/** Every method of `store`, own or inherited, so a Store written as a class is timed too. */
+function methodNames(store: Store): string[] {
+  const names = new Set<string>();
+  for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+    for (const name of Object.getOwnPropertyNames(o)) {
+      if (name !== 'constructor' && typeof (store as unknown as Record<string, unknown>)[name] === 'function') {
+        names.add(name);
+      }
+    }
+  }
+  return [...names];
+}
+
+/** `store` with the time of every method call observed in `petstore_store_duration_seconds`. */
+export function timeStore(store: Store, { storeDuration }: Metrics): Store {
+  const timed: Record<string, unknown> = {};
+  const methods = store as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+  for (const name of methodNames(store)) {
+    const method = methods[name]!;
+    timed[name] = async (...args: unknown[]) => {
+      const end = storeDuration.startTimer({ method: name });
+      try {
+        const result = await method.apply(store, args);
+        end({ outcome: 'ok' });
+        return result;
+      } catch (error) {
+        end({ outcome: 'error' });
+        throw error;
+      }
+    };
+  }
+  return timed as unknown as Store;
+}
+
+/** Counts and times every request that reaches a route, and tracks those in flight. */
+export function observeRequests(app: FastifyInstance, metrics: Metrics): void {
+  const open = new WeakSet<FastifyRequest>();
+  // Callback hooks: no promise per request on the hot path.
+  app.addHook('onRequest', (request, _reply, done) => {
+    open.add(request);
+    metrics.inFlight.inc();
+    done();
+  });
+  // A request whose client went away is no longer in flight, answered or not.
+  app.addHook('onRequestAbort', (request, done) => {
+    if (open.delete(request)) metrics.inFlight.dec();
+    done();
+  });
+  app.addHook('onResponse', (request, reply, done) => {
+    if (open.delete(request)) metrics.inFlight.dec();
+    const labels = { operation: operationOf(request), method: request.method, status: String(reply.statusCode) };
+    metrics.requests.inc(labels);
+    metrics.duration.observe(labels, reply.elapsedTime / 1000);
+    done();
+  });
+}
+
+/**
+ * `GET /metrics` in the Prometheus text format, behind an API key like the operations
+ * (CONTRACT.md): Prometheus scrapes it with `authorization: { credentials: <key> }`.
+ */
+export function registerMetrics(app: FastifyInstance, metrics: Metrics, authenticate: onRequestHookHandler): void {
+  app.get('/metrics', { onRequest: authenticate, schema: { hide: true } }, async (_request, reply) => {
+    const text = await metrics.registry.metrics();
+    return reply.type(metrics.registry.contentType).send(text);
+  });
+}

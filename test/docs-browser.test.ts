@@ -1,0 +1,92 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { test } from 'node:test';
+import { chromium } from 'playwright-core';
+import { addPet, startApp } from './helpers.js';
+
+// Debian's chromium package, never a browser download (CI installs it with apt).
+const CHROMIUM = '/usr/bin/chromium';
+const skip = existsSync(CHROMIUM) ? false : 'chromium not installed: SKIPPED';
+if (skip) process.stderr.write(`\n${CHROMIUM}: ${skip} (apt-get install chromium to run the /docs browser test)\n\n`);
+
+/** A port that was free a moment ago: the document's server address must name the real one. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+test(
+  '/docs in headless Chromium: offline, three operations, getPet deprecated, a try-it call with a key',
+  { skip, timeout: 60_000 },
+  async (t) => {
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    const app = await startApp(t, { env: { PORT: String(port), PETSTORE_PUBLIC_URL: `${base}/v1` } });
+    await app.app.listen({ port, host: '127.0.0.1' });
+    const pet = await addPet(app, { name: 'Docs Dog 7', categoryId: 7 });
+
+    const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+    t.after(() => browser.close());
+    const context = await browser.newContext();
+    const leaving: string[] = [];
+    // Every request that would leave the machine is refused and remembered.
+    await context.route('**/*', (route) => {
+      const url = new URL(route.request().url());
+      if (url.hostname === '127.0.0.1' || url.protocol === 'data:' || url.protocol === 'blob:') return route.continue();
+      leaving.push(route.request().url());
+      return route.abort('blockedbyclient');
+    });
+    const page = await context.newPage();
+    const failures: string[] = [];
+    page.on('pageerror', (error) => failures.push(error.message));
+
+    const loaded = await page.goto(`${base}/docs`, { waitUntil: 'networkidle' });
+    assert.equal(loaded?.status(), 200);
+    for (const operation of ['listPets', 'createPet', 'getPet']) {
+      await page.locator(`#operations-default-${operation}`).waitFor({ timeout: 10_000 });
+    }
+    assert.equal(await page.locator('.opblock').count(), 3, 'exactly the three operations are listed');
+    assert.equal(await page.locator('.opblock-deprecated').count(), 1);
+    assert.equal(
+      await page.locator('#operations-default-getPet.opblock-deprecated').count(),
+      1,
+      'getPet is deprecated',
+    );
+
+    // Authorize with the API key, as a reader would.
+    await page.locator('.auth-wrapper .authorize').click();
+    await page.locator('.modal-ux input').fill(app.key);
+    await page.locator('.modal-ux .auth-btn-wrapper button.authorize').click();
+    await page.locator('.modal-ux .auth-btn-wrapper button.btn-done').click();
+
+    const listPets = page.locator('#operations-default-listPets');
+    await listPets.locator('.opblock-summary').click();
+    const tryItOut = listPets.locator('.try-out__btn');
+    if ((await tryItOut.textContent())?.trim() === 'Try it out') await tryItOut.click();
+    const [response] = await Promise.all([
+      page.waitForResponse((r) => new URL(r.url()).pathname === '/v1/pets'),
+      listPets.locator('button.execute').click(),
+    ]);
+    assert.equal(response.status(), 200);
+    assert.equal(response.request().headers().authorization, `Bearer ${app.key}`);
+    const shown = listPets.locator('.live-responses-table tbody .response-col_status').first();
+    await shown.waitFor();
+    assert.equal((await shown.textContent())?.trim(), '200');
+    const body = await listPets
+      .locator('.live-responses-table .microlight, .live-responses-table pre')
+      .first()
+      .textContent();
+    assert.match(String(body), new RegExp(`"name": "Docs Dog 7"`));
+    assert.match(String(body), new RegExp(`"id": ${pet.id}`));
+
+    assert.deepEqual(leaving, [], 'no request left the machine');
+    assert.deepEqual(failures, [], 'the page raised no error');
+  },
+);
