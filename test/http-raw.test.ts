@@ -106,16 +106,18 @@ test('answers every request a client sent before half-closing its side, pipeline
   const { port, key } = await listen(t);
   const auth = `Host: x\r\nAuthorization: Bearer ${key}\r\n`;
   const body = '{"name":"Rex","categoryId":7}';
-  const raw = await exchange(
+  const created = await exchange(
     port,
-    `POST /v1/pets HTTP/1.1\r\n${auth}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
-      `GET /v1/pets HTTP/1.1\r\n${auth}\r\n`,
+    `POST /v1/pets HTTP/1.1\r\n${auth}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
   );
-  const [created, listed] = raw.split(/(?=HTTP\/1\.1 )/);
-  assert.equal(parseResponse(created!).statusLine, 'HTTP/1.1 201 Created');
+  assert.equal(parseResponse(created).statusLine, 'HTTP/1.1 201 Created');
+  // RFC 9112 9.3.2: pipelined requests are answered in order; only safe ones are pipelined.
+  const raw = await exchange(port, `GET /v1/pets HTTP/1.1\r\n${auth}\r\nGET /v1/pets/99 HTTP/1.1\r\n${auth}\r\n`);
+  const [listed, missing] = raw.split(/(?=HTTP\/1\.1 )/);
   const list = parseResponse(listed!);
   assert.equal(list.statusLine, 'HTTP/1.1 200 OK');
   assert.equal(list.body, '[{"id":1,"name":"Rex","categoryId":7,"status":"available"}]');
+  assertRawError(missing!, 'HTTP/1.1 404 Not Found', 'not_found', 404);
 });
 
 // Node counts the request line towards the 16 KiB header limit, so a longer one is a 431 before
