@@ -1,0 +1,213 @@
+import fc from 'fast-check';
+import { isLosslessNumber, parse } from 'lossless-json';
+import type { Store } from '../../src/store/store.js';
+import { toCurl } from './curl.js';
+import type { DocumentChecker, WireResponse } from './document.js';
+import { plannedRequest, type PlannedRequest } from './requests.js';
+import type { ConcreteRequest, Transport } from './transport.js';
+
+export interface FuzzTarget {
+  transport: Transport;
+  store: Store;
+  checker: DocumentChecker;
+  key: string;
+  /** A second API key, for reading animals back without spending the first key's rate limit. */
+  readerKey: string;
+  /** Where a replayed curl command should point. */
+  base: string;
+  /** Called before each request: lets a manual clock move on. */
+  tick?: () => void;
+}
+
+export interface FuzzFigures {
+  seed: number;
+  runs: number;
+  durationMs: number;
+  statuses: Record<string, number>;
+  /** 201s whose animal was read back with exactly the fields sent. */
+  createdAndReadBack: number;
+  /** 4xx answers after which the stored animals were compared and found unchanged. */
+  refusedAndUnchanged: number;
+  serverErrors: number;
+}
+
+export interface FuzzOutcome {
+  figures: FuzzFigures;
+  /** The shrunk counterexample, as a curl command and what was wrong; undefined when none. */
+  failure?: string;
+}
+
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
+
+/** The exact integer a JSON number's text denotes, or undefined when it is not an integer. */
+export function exactInteger(text: string): bigint | undefined {
+  const match = /^(-?)([0-9]+)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?$/.exec(text);
+  if (!match) return undefined;
+  const [, sign, whole, fraction = '', exponent = '0'] = match;
+  const scale = Number(exponent) - fraction.length;
+  if (Math.abs(scale) > 400) return /^0*$/.test(whole! + fraction) ? 0n : undefined;
+  const digits = BigInt(whole! + fraction);
+  if (scale >= 0) return BigInt(sign + '1') * digits * 10n ** BigInt(scale);
+  const divisor = 10n ** BigInt(-scale);
+  return digits % divisor === 0n ? BigInt(sign + '1') * (digits / divisor) : undefined;
+}
+
+interface PetFields {
+  name: unknown;
+  categoryId: bigint | undefined;
+  status: unknown;
+}
+
+function readPet(text: string): PetFields & { id: bigint | undefined; keys: string[] } {
+  const value = parse(text) as Record<string, unknown>;
+  const integer = (n: unknown) => (isLosslessNumber(n) ? exactInteger(n.value) : undefined);
+  return {
+    id: integer(value.id),
+    name: value.name,
+    categoryId: integer(value.categoryId),
+    status: value.status,
+    keys: Object.keys(value).sort(),
+  };
+}
+
+async function snapshot(store: Store): Promise<string[]> {
+  const pets = await store.listPets({ limit: 1_000_000 });
+  return pets.map((pet) => `${pet.id}\t${pet.name}\t${pet.categoryId}\t${pet.status}`);
+}
+
+function fill(plan: PlannedRequest, key: string, ids: bigint[], cursors: string[]): ConcreteRequest {
+  const pick = <T>(list: T[], n: string, fallback: T) => (list.length ? list[Number(n) % list.length]! : fallback);
+  const text = (value: string) =>
+    value
+      .replace(/\{\{key\}\}/g, key)
+      .replace(/\{\{id:([0-9]+)\}\}/g, (_, n: string) => String(pick(ids, n, 1n)))
+      .replace(/\{\{cursor:([0-9]+)\}\}/g, (_, n: string) => pick(cursors, n, 'OjE'));
+  const headers = Object.fromEntries(Object.entries(plan.headers).map(([name, value]) => [name, text(value)]));
+  return { method: plan.method, url: text(plan.url), headers, ...(plan.body !== undefined && { body: plan.body }) };
+}
+
+/** What is wrong with a 201 from createPet: the animal must read back with exactly the fields sent. */
+async function checkCreated(
+  target: FuzzTarget,
+  request: ConcreteRequest,
+  response: WireResponse,
+  before: string[],
+  after: string[],
+): Promise<string | undefined> {
+  let sent: Record<string, unknown>;
+  try {
+    sent = parse(Buffer.from(request.body ?? []).toString('utf8')) as Record<string, unknown>;
+  } catch (error) {
+    return `201 for a body that is not one JSON object: ${(error as Error).message}`;
+  }
+  const expected: PetFields = {
+    name: sent.name,
+    categoryId: isLosslessNumber(sent.categoryId) ? exactInteger(sent.categoryId.value) : undefined,
+    status: sent.status ?? 'available',
+  };
+  if (expected.categoryId === undefined || expected.categoryId < INT64_MIN || expected.categoryId > INT64_MAX) {
+    return `201 for a categoryId that is not an int64: ${String(sent.categoryId)}`;
+  }
+  const created = readPet(response.body);
+  if (response.headers['location'] !== `/v1/pets/${created.id}`) {
+    return `Location ${response.headers['location']} does not name the new animal ${created.id}`;
+  }
+  const read = await target.transport.send({
+    method: 'GET',
+    url: `/v1/pets/${created.id}`,
+    headers: { authorization: `Bearer ${target.readerKey}` },
+  });
+  if (read.status !== 200) return `the new animal ${created.id} reads back as ${read.status}: ${read.body}`;
+  for (const [what, pet] of [
+    ['201 body', created],
+    ['getPet body', readPet(read.body)],
+  ] as const) {
+    const fields: (keyof PetFields)[] = ['name', 'categoryId', 'status'];
+    for (const field of fields) {
+      if (pet[field] !== expected[field]) {
+        return `${what} has ${field} ${String(pet[field])}, but ${String(expected[field])} was sent`;
+      }
+    }
+    if (pet.id !== created.id) return `${what} has id ${pet.id}, the 201 said ${created.id}`;
+  }
+  const replayed = response.headers['idempotent-replayed'] === 'true';
+  const added = after.length - before.length;
+  if (added !== (replayed ? 0 : 1) || after.slice(0, before.length).join('\n') !== before.join('\n')) {
+    return `a ${replayed ? 'replayed ' : ''}201 added ${added} animals or changed others`;
+  }
+  return undefined;
+}
+
+/**
+ * Runs generated requests against `target` and checks every answer: no 5xx; the status is
+ * listed for the operation and the body matches its schema in the served document; a 201 from
+ * createPet reads back with exactly the fields sent; a 4xx leaves the stored animals as they
+ * were. Stops at the first failure and shrinks it to a minimal request.
+ */
+export async function fuzz(target: FuzzTarget, options: { seed: number; runs: number; timeLimitMs: number }) {
+  const figures: FuzzFigures = {
+    seed: options.seed,
+    runs: 0,
+    durationMs: 0,
+    statuses: {},
+    createdAndReadBack: 0,
+    refusedAndUnchanged: 0,
+    serverErrors: 0,
+  };
+  const ids: bigint[] = [];
+  const cursors: string[] = [];
+  let last: ConcreteRequest | undefined;
+  // The stored animals as last read: what the next request starts from.
+  let stored = await snapshot(target.store);
+
+  const property = fc.asyncProperty(plannedRequest, async (plan) => {
+    target.tick?.();
+    const request = (last = fill(plan, target.key, ids, cursors));
+    const response = await target.transport.send(request);
+    figures.runs += 1;
+    figures.statuses[response.status] = (figures.statuses[response.status] ?? 0) + 1;
+    if (response.status >= 500) figures.serverErrors += 1;
+    const before = stored;
+    const after = (stored = await snapshot(target.store));
+    const received = target.transport.received(request.url);
+    const problem = target.checker.check(request.method, received, response);
+    if (problem) throw new Error(problem);
+
+    const operation = target.checker.operationFor(request.method, received)?.operationId;
+    const next = /<[^>]*[?&]cursor=([^&>]+)[^>]*>; rel="next"/.exec(response.headers['link'] ?? '');
+    if (next) cursors.push(next[1]!);
+    if (operation === 'createPet' && response.status === 201) {
+      const wrong = await checkCreated(target, request, response, before, after);
+      if (wrong) throw new Error(wrong);
+      ids.push(readPet(response.body).id!);
+      figures.createdAndReadBack += 1;
+    } else {
+      if (after.join('\n') !== before.join('\n')) {
+        throw new Error(`a ${response.status} changed the stored animals (${before.length} → ${after.length})`);
+      }
+      if (response.status >= 400) figures.refusedAndUnchanged += 1;
+    }
+  });
+
+  const started = performance.now();
+  const details = await fc.check(property, {
+    seed: options.seed,
+    numRuns: options.runs,
+    interruptAfterTimeLimit: options.timeLimitMs,
+    markInterruptAsFailure: false,
+  });
+  figures.durationMs = Math.round(performance.now() - started);
+  if (!details.failed) return { figures } satisfies FuzzOutcome;
+
+  const plan = details.counterexample?.[0];
+  const request = plan ? fill(plan, target.key, ids, cursors) : last;
+  const failure = [
+    `fuzz failure after ${details.numRuns} runs (seed ${options.seed}, path ${details.counterexamplePath}, ${details.numShrinks} shrinks):`,
+    `  ${details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance)}`,
+    'replay (PETSTORE_KEY holding a valid key):',
+    `  ${request ? toCurl(target.base, request, target.key) : '(no request)'}`,
+    `rerun: PETSTORE_FUZZ_SEED=${options.seed} node --import tsx --test test/fuzz.test.ts`,
+  ].join('\n');
+  return { figures, failure } satisfies FuzzOutcome;
+}
