@@ -94,13 +94,35 @@ test(
 );
 
 // Requests the fuzzer once found answered outside the document, kept as fixed cases.
-test('a malformed request to getPet gets a 400 that the document lists', async (t) => {
-  const { app, key } = await startApp(t);
-  const checker = new DocumentChecker(JSON.parse((await app.inject({ url: '/v1/openapi.json' })).body));
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  const { port } = app.server.address() as AddressInfo;
-  const request = `GET /v1/pets/1?limit= 5 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`;
-  const response = await sendRaw(port, Buffer.from(request), 'GET');
-  assert.equal(response.status, 400);
-  assert.equal(checker.check('GET', '/v1/pets/1?limit= 5', response), undefined);
-});
+const found: [string, (key: string) => string, number][] = [
+  [
+    'a malformed request to getPet',
+    (key) => `GET /v1/pets/1?limit= 5 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n`,
+    400,
+  ],
+  ['an HTTP/1.1 request without Host', (key) => `GET /v1/pets HTTP/1.1\r\nAuthorization: Bearer ${key}\r\n`, 400],
+  [
+    'an Expect the service does not know',
+    (key) =>
+      `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nExpect: teapot\r\n` +
+      'Content-Type: application/json\r\nContent-Length: 30\r\n\r\n{"name":"Rex","categoryId":7}\n',
+    201,
+  ],
+  ["CONNECT to an operation's path", () => 'CONNECT /v1/pets HTTP/1.1\r\nHost: x\r\n', 405],
+  ['CONNECT to a host and port', () => 'CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: x\r\n', 404],
+];
+
+for (const [name, request, status] of found) {
+  test(`${name} gets a ${status} that the document lists`, async (t) => {
+    const { app, key } = await startApp(t);
+    const checker = new DocumentChecker(JSON.parse((await app.inject({ url: '/v1/openapi.json' })).body));
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    const { port } = app.server.address() as AddressInfo;
+    const bytes = request(key).replace('\r\n', '\r\nConnection: close\r\n').replace(/\r\n$/, '\r\n\r\n');
+    const [method, target] = bytes.split(' ') as [string, string];
+    const response = await sendRaw(port, Buffer.from(bytes), method);
+    assert.equal(response.status, status, response.body);
+    assert.equal(checker.check(method, target, response), undefined);
+    if (status >= 400) assert.match(response.body, /^\{"code":"[a-z_]+","message":"[^"]+","status":[0-9]{3}\}$/);
+  });
+}

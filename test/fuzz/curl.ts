@@ -41,3 +41,16 @@ export function toCurl(base: string, request: ConcreteRequest, key?: string): st
     .join('');
   return `printf '%b' '${escaped}' | ${words.join(' ')} --data-binary @-`;
 }
+
+/** Bytes that curl cannot send (bent HTTP framing), as a netcat command line. */
+export function toNetcat(base: string, bytes: Buffer): string {
+  const { hostname, port } = new URL(base);
+  const escaped = [...bytes]
+    .map((b) =>
+      b >= 0x20 && b < 0x7f && b !== 0x27 && b !== 0x5c
+        ? String.fromCharCode(b)
+        : `\\x${b.toString(16).padStart(2, '0')}`,
+    )
+    .join('');
+  return `printf '%b' '${escaped}' | nc ${hostname} ${port}`;
+}

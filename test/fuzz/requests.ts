@@ -11,7 +11,27 @@ export interface PlannedRequest {
   url: string;
   headers: Record<string, string>;
   body?: Uint8Array;
+  /** How a socket transport bends the HTTP/1.1 framing itself; `inject` cannot and ignores it. */
+  wire?: WireFault;
 }
+
+export const wireFaults = [
+  'chunked',
+  'short-length',
+  'no-length',
+  'huge-header',
+  'control-in-header',
+  'unknown-method',
+  'lowercase-method',
+  'http/1.0',
+  'space-in-target',
+  'absolute-target',
+  'unknown-expect',
+  'expect-continue',
+  'no-host',
+  'connect',
+] as const;
+export type WireFault = (typeof wireFaults)[number];
 
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
@@ -344,8 +364,9 @@ export const plannedRequest: fc.Arbitrary<PlannedRequest> = fc
     headers,
     body: fc.option(body, { nil: undefined, freq: 4 }),
     postToPets: fc.nat(9),
+    wire: sometimes(fc.constantFrom(...wireFaults), 6),
   })
-  .map(({ method, path, query, headers, body, postToPets }) => {
+  .map(({ method, path, query, headers, body, postToPets, wire }) => {
     // A good share of createPet attempts, so that valid and nearly valid bodies reach it.
     const create = postToPets < 3;
     const request: PlannedRequest = {
@@ -354,5 +375,6 @@ export const plannedRequest: fc.Arbitrary<PlannedRequest> = fc
       headers,
     };
     if (body !== undefined || create) request.body = body ?? new Uint8Array();
+    if (wire) request.wire = wire;
     return request;
   });

@@ -1,10 +1,10 @@
 import fc from 'fast-check';
 import { isLosslessNumber, parse } from 'lossless-json';
 import type { Store } from '../../src/store/store.js';
-import { toCurl } from './curl.js';
+import { toCurl, toNetcat } from './curl.js';
 import type { DocumentChecker, WireResponse } from './document.js';
 import { plannedRequest, type PlannedRequest } from './requests.js';
-import type { ConcreteRequest, Transport } from './transport.js';
+import { serialize, type ConcreteRequest, type Transport } from './transport.js';
 
 export interface FuzzTarget {
   transport: Transport;
@@ -76,6 +76,35 @@ async function snapshot(store: Store): Promise<string[]> {
   return pets.map((pet) => `${pet.id}\t${pet.name}\t${pet.categoryId}\t${pet.status}`);
 }
 
+/** The key an Idempotency-Key value names: bare, or a quoted string (CONTRACT.md createPet). */
+function idempotencyKeyOf(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  const trimmed = value.trim();
+  const quoted = /^"((?:[^"\\]|\\.)*)"$/.exec(trimmed);
+  return quoted ? quoted[1]!.replace(/\\(.)/g, '$1') : trimmed;
+}
+
+/**
+ * What is wrong with an answer to a create with an Idempotency-Key, given the first 201 of
+ * each key so far: a key replays only after a 201, replays that 201 exactly, and a refused
+ * first request is not remembered, so a 422 needs an earlier 201.
+ */
+function checkIdempotency(firsts: Map<string, string>, key: string, response: WireResponse): string | undefined {
+  const first = firsts.get(key);
+  const replayed = response.headers['idempotent-replayed'] === 'true';
+  if (response.status === 201 && !replayed) {
+    if (first !== undefined) return `Idempotency-Key ${key} created a second animal instead of replaying ${first}`;
+    firsts.set(key, response.body);
+  }
+  if (response.status === 201 && replayed && first !== response.body) {
+    return `Idempotency-Key ${key} replayed ${response.body}, but its first answer was ${first}`;
+  }
+  if (response.status === 422 && first === undefined) {
+    return `422 for Idempotency-Key ${key}, which no 201 used: a refused request was remembered`;
+  }
+  return undefined;
+}
+
 function fill(plan: PlannedRequest, key: string, ids: bigint[], cursors: string[]): ConcreteRequest {
   const pick = <T>(list: T[], n: string, fallback: T) => (list.length ? list[Number(n) % list.length]! : fallback);
   const text = (value: string) =>
@@ -84,7 +113,13 @@ function fill(plan: PlannedRequest, key: string, ids: bigint[], cursors: string[
       .replace(/\{\{id:([0-9]+)\}\}/g, (_, n: string) => String(pick(ids, n, 1n)))
       .replace(/\{\{cursor:([0-9]+)\}\}/g, (_, n: string) => pick(cursors, n, 'OjE'));
   const headers = Object.fromEntries(Object.entries(plan.headers).map(([name, value]) => [name, text(value)]));
-  return { method: plan.method, url: text(plan.url), headers, ...(plan.body !== undefined && { body: plan.body }) };
+  return {
+    method: plan.method,
+    url: text(plan.url),
+    headers,
+    ...(plan.body !== undefined && { body: plan.body }),
+    ...(plan.wire !== undefined && { wire: plan.wire }),
+  };
 }
 
 /** What is wrong with a 201 from createPet: the animal must read back with exactly the fields sent. */
@@ -143,7 +178,7 @@ async function checkCreated(
  * Runs generated requests against `target` and checks every answer: no 5xx; the status is
  * listed for the operation and the body matches its schema in the served document; a 201 from
  * createPet reads back with exactly the fields sent; a 4xx leaves the stored animals as they
- * were. Stops at the first failure and shrinks it to a minimal request.
+ * were, and is not remembered for its Idempotency-Key. Stops at the first failure and shrinks it to a minimal request.
  */
 export async function fuzz(target: FuzzTarget, options: { seed: number; runs: number; timeLimitMs: number }) {
   const figures: FuzzFigures = {
@@ -158,6 +193,7 @@ export async function fuzz(target: FuzzTarget, options: { seed: number; runs: nu
   const ids: bigint[] = [];
   const cursors: string[] = [];
   let last: ConcreteRequest | undefined;
+  const firstAnswers = new Map<string, string>();
   // The stored animals as last read: what the next request starts from.
   let stored = await snapshot(target.store);
 
@@ -170,13 +206,18 @@ export async function fuzz(target: FuzzTarget, options: { seed: number; runs: nu
     if (response.status >= 500) figures.serverErrors += 1;
     const before = stored;
     const after = (stored = await snapshot(target.store));
-    const received = target.transport.received(request.url);
-    const problem = target.checker.check(request.method, received, response);
+    const received = target.transport.received(request);
+    const problem = target.checker.check(received.method, received.url, response);
     if (problem) throw new Error(problem);
 
-    const operation = target.checker.operationFor(request.method, received)?.operationId;
+    const operation = target.checker.operationFor(received.method, received.url)?.operationId;
     const next = /<[^>]*[?&]cursor=([^&>]+)[^>]*>; rel="next"/.exec(response.headers['link'] ?? '');
     if (next) cursors.push(next[1]!);
+    const idempotencyKey = idempotencyKeyOf(request.headers['idempotency-key']);
+    if (operation === 'createPet' && idempotencyKey !== undefined) {
+      const wrong = checkIdempotency(firstAnswers, idempotencyKey, response);
+      if (wrong) throw new Error(wrong);
+    }
     if (operation === 'createPet' && response.status === 201) {
       const wrong = await checkCreated(target, request, response, before, after);
       if (wrong) throw new Error(wrong);
@@ -202,11 +243,16 @@ export async function fuzz(target: FuzzTarget, options: { seed: number; runs: nu
 
   const plan = details.counterexample?.[0];
   const request = plan ? fill(plan, target.key, ids, cursors) : last;
+  const replay = !request
+    ? '(no request)'
+    : request.wire && target.transport.faults
+      ? toNetcat(target.base, serialize(request)).split(target.key).join('\'"$PETSTORE_KEY"\'')
+      : toCurl(target.base, request, target.key);
   const failure = [
     `fuzz failure after ${details.numRuns} runs (seed ${options.seed}, path ${details.counterexamplePath}, ${details.numShrinks} shrinks):`,
     `  ${details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance)}`,
     'replay (PETSTORE_KEY holding a valid key):',
-    `  ${request ? toCurl(target.base, request, target.key) : '(no request)'}`,
+    `  ${replay}`,
     `rerun: PETSTORE_FUZZ_SEED=${options.seed} node --import tsx --test test/fuzz.test.ts`,
   ].join('\n');
   return { figures, failure } satisfies FuzzOutcome;
