@@ -105,6 +105,19 @@ function checkIdempotency(firsts: Map<string, string>, key: string, response: Wi
   return undefined;
 }
 
+/** Fields that must be the same on a HEAD and on the GET it stands for (RFC 9110 section 9.3.2). */
+const SAME_FOR_HEAD = ['content-type', 'content-length', 'link', 'allow', 'deprecation', 'sunset', 'www-authenticate'];
+
+/** What differs between the answer to a HEAD and to the same request as GET, if anything. */
+async function checkHead(target: FuzzTarget, request: ConcreteRequest, head: WireResponse) {
+  const get = await target.transport.send({ ...request, method: 'GET' });
+  // Rate limits count the GET too, so either may be the one past the limit.
+  if (get.status === 429 || head.status === 429) return undefined;
+  if (get.status !== head.status) return `HEAD answered ${head.status}, GET ${get.status}`;
+  const differs = SAME_FOR_HEAD.find((name) => head.headers[name] !== get.headers[name]);
+  return differs && `HEAD and GET differ in ${differs}: ${head.headers[differs]} / ${get.headers[differs]}`;
+}
+
 function fill(plan: PlannedRequest, key: string, ids: bigint[], cursors: string[]): ConcreteRequest {
   const pick = <T>(list: T[], n: string, fallback: T) => (list.length ? list[Number(n) % list.length]! : fallback);
   const text = (value: string) =>
@@ -213,6 +226,10 @@ export async function fuzz(target: FuzzTarget, options: { seed: number; runs: nu
     const operation = target.checker.operationFor(received.method, received.url)?.operationId;
     const next = /<[^>]*[?&]cursor=([^&>]+)[^>]*>; rel="next"/.exec(response.headers['link'] ?? '');
     if (next) cursors.push(next[1]!);
+    if (received.method === 'HEAD' && response.status < 500) {
+      const wrong = await checkHead(target, request, response);
+      if (wrong) throw new Error(wrong);
+    }
     const idempotencyKey = idempotencyKeyOf(request.headers['idempotency-key']);
     if (operation === 'createPet' && idempotencyKey !== undefined) {
       const wrong = checkIdempotency(firstAnswers, idempotencyKey, response);
