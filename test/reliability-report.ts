@@ -100,7 +100,20 @@ For each request:
    document's table and the HTTP status; integers are read exactly (an integer outside int64 fails);
 3. every 201 from createPet reads back (\`GET /v1/pets/{id}\`, with a second key) with exactly
    the fields sent, int64 compared digit for digit, and adds exactly one animal (none on a replay);
-4. no other answer, and no 4xx, changes the stored animals (compared in full before and after).
+4. no other answer, and no 4xx, changes the stored animals (compared in full before and after);
+5. an Idempotency-Key replays only after a 201 for it, replays that 201 byte for byte, and a
+   refused first request is not remembered (a 422 needs an earlier 201 with the key);
+6. a HEAD gets the status and headers of the same request as GET (RFC 9110 section 9.3.2).
+
+Over a real socket the requests also bend HTTP/1.1 framing: chunked bodies, a Content-Length one
+byte short or absent, a 17 KiB header, a control character in a header, unknown and lower-case
+methods, HTTP/1.0, a space in the target, an absolute-form target, an unknown \`Expect\`,
+\`Expect: 100-continue\`, no \`Host\`, and CONNECT.
+
+Requests the fuzzer found answered outside the document stay in \`test/fuzz.test.ts\` as fixed
+cases: a malformed request to getPet (400 was not listed for it), an HTTP/1.1 request without
+\`Host\` (Node's bodiless 400), an unknown \`Expect\` (Node's bodiless 417) and CONNECT (the
+connection was dropped).
 
 A failure is shrunk to a minimal request and printed as a \`curl\` command, with the seed to rerun it:
 \`PETSTORE_FUZZ_SEED=<seed> node --import tsx --test test/fuzz.test.ts\`.
