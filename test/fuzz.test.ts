@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
+import { issueKey } from '../src/keys/cli.js';
 import type { Store } from '../src/store/store.js';
 import { DocumentChecker } from './fuzz/document.js';
 import { fuzz, type FuzzFigures } from './fuzz/run.js';
 import { injectTransport, sendRaw, socketTransport } from './fuzz/transport.js';
-import { issueKey } from '../src/keys/cli.js';
 import { recordFigures, soak } from './figures.js';
 import { startApp } from './helpers.js';
 import { freshPostgresStore, postgresSkip } from './stores.js';
