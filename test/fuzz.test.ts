@@ -17,8 +17,8 @@ const seed = process.env.PETSTORE_FUZZ_SEED
     ? Math.floor(Math.random() * 2 ** 31)
     : 20261122;
 const runs = soak
-  ? { sqlite: 20_000, postgres: 5_000, limits: 2_000, socket: 3_000 }
-  : { sqlite: 3_000, postgres: 800, limits: 300, socket: 500 };
+  ? { sqlite: 20_000, postgres: 5_000, limits: 2_000, socket: 3_000, batches: 2_000 }
+  : { sqlite: 3_000, postgres: 800, limits: 300, socket: 500, batches: 150 };
 const TIME_LIMIT_MS = soak ? 15 * 60_000 : 20_000;
 
 process.stderr.write(`fuzz seed ${seed} (replay with PETSTORE_FUZZ_SEED=${seed})\n`);
@@ -31,7 +31,8 @@ async function fuzzApp(
     store,
     socket = false,
     runs,
-  }: { env?: Record<string, string>; store?: Store; socket?: boolean; runs: number },
+    concurrency,
+  }: { env?: Record<string, string>; store?: Store; socket?: boolean; runs: number; concurrency?: number },
 ): Promise<FuzzFigures> {
   const app = await startApp(t, { env, store });
   const document = JSON.parse((await app.app.inject({ url: '/v1/openapi.json' })).body);
@@ -53,7 +54,7 @@ async function fuzzApp(
     // A second per request: rate-limit windows pass as they would under steady traffic.
     tick: () => app.clock.set(app.clock.now() + 1000),
   };
-  const { figures, failure } = await fuzz(target, { seed, runs, timeLimitMs: TIME_LIMIT_MS });
+  const { figures, failure } = await fuzz(target, { seed, runs, concurrency, timeLimitMs: TIME_LIMIT_MS });
   t.diagnostic(
     `${name}: ${figures.runs} requests in ${figures.durationMs} ms, statuses ${JSON.stringify(figures.statuses)}`,
   );
@@ -84,6 +85,19 @@ test('fuzzed requests under tight rate limits answer 429s the document lists', a
 test('fuzzed requests over a real socket', async (t) => {
   await fuzzApp(t, 'socket SQLite', { runs: runs.socket, socket: true });
 });
+
+test('concurrent batches of fuzzed requests over a real socket on SQLite', async (t) => {
+  await fuzzApp(t, 'socket SQLite, batches of up to 8', { runs: runs.batches, socket: true, concurrency: 8 });
+});
+
+test(
+  'concurrent batches of fuzzed requests on PostgreSQL',
+  { skip: postgresSkip && `${postgresSkip}: SKIPPED` },
+  async (t) => {
+    const store = await freshPostgresStore(t);
+    await fuzzApp(t, 'inject PostgreSQL, batches of up to 8', { runs: runs.batches, store, concurrency: 8 });
+  },
+);
 
 test(
   'fuzzed requests through inject on PostgreSQL',

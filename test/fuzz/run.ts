@@ -71,9 +71,11 @@ function readPet(text: string): PetFields & { id: bigint | undefined; keys: stri
   };
 }
 
+const row = (pet: { id: unknown; name: unknown; categoryId: unknown; status: unknown }) =>
+  `${pet.id}\t${pet.name}\t${pet.categoryId}\t${pet.status}`;
+
 async function snapshot(store: Store): Promise<string[]> {
-  const pets = await store.listPets({ limit: 1_000_000 });
-  return pets.map((pet) => `${pet.id}\t${pet.name}\t${pet.categoryId}\t${pet.status}`);
+  return (await store.listPets({ limit: 1_000_000 })).map(row);
 }
 
 /** The key an Idempotency-Key value names: bare, or a quoted string (CONTRACT.md createPet). */
@@ -140,8 +142,6 @@ async function checkCreated(
   target: FuzzTarget,
   request: ConcreteRequest,
   response: WireResponse,
-  before: string[],
-  after: string[],
 ): Promise<string | undefined> {
   let sent: Record<string, unknown>;
   try {
@@ -179,21 +179,22 @@ async function checkCreated(
     }
     if (pet.id !== created.id) return `${what} has id ${pet.id}, the 201 said ${created.id}`;
   }
-  const replayed = response.headers['idempotent-replayed'] === 'true';
-  const added = after.length - before.length;
-  if (added !== (replayed ? 0 : 1) || after.slice(0, before.length).join('\n') !== before.join('\n')) {
-    return `a ${replayed ? 'replayed ' : ''}201 added ${added} animals or changed others`;
-  }
   return undefined;
 }
 
 /**
- * Runs generated requests against `target` and checks every answer: no 5xx; the status is
- * listed for the operation and the body matches its schema in the served document; a 201 from
- * createPet reads back with exactly the fields sent; a 4xx leaves the stored animals as they
- * were, and is not remembered for its Idempotency-Key. Stops at the first failure and shrinks it to a minimal request.
+ * Runs generated requests against `target`, one at a time or in concurrent batches, and checks
+ * every answer: no 5xx; the status is listed for the operation and the body matches its schema
+ * in the served document; a 201 from createPet reads back with exactly the fields sent; the
+ * stored animals change by exactly what the 201s created, so no 4xx stores anything. One at a
+ * time, also: a HEAD answers as its GET, and a refused request is not remembered for its
+ * Idempotency-Key. Stops at the first failure and shrinks it to a minimal request.
  */
-export async function fuzz(target: FuzzTarget, options: { seed: number; runs: number; timeLimitMs: number }) {
+export async function fuzz(
+  target: FuzzTarget,
+  options: { seed: number; runs: number; timeLimitMs: number; concurrency?: number },
+) {
+  const concurrency = options.concurrency ?? 1;
   const figures: FuzzFigures = {
     seed: options.seed,
     runs: 0,
@@ -205,46 +206,66 @@ export async function fuzz(target: FuzzTarget, options: { seed: number; runs: nu
   };
   const ids: bigint[] = [];
   const cursors: string[] = [];
-  let last: ConcreteRequest | undefined;
+  let last: ConcreteRequest[] | undefined;
   const firstAnswers = new Map<string, string>();
   // The stored animals as last read: what the next request starts from.
   let stored = await snapshot(target.store);
 
-  const property = fc.asyncProperty(plannedRequest, async (plan) => {
+  // One request at a time, or batches sent at once: then the races are what is tried.
+  const batches =
+    concurrency > 1
+      ? fc.array(plannedRequest, { minLength: 2, maxLength: concurrency })
+      : plannedRequest.map((plan) => [plan]);
+  const sequential = concurrency <= 1;
+
+  const property = fc.asyncProperty(batches, async (plans) => {
     target.tick?.();
-    const request = (last = fill(plan, target.key, ids, cursors));
-    const response = await target.transport.send(request);
-    figures.runs += 1;
-    figures.statuses[response.status] = (figures.statuses[response.status] ?? 0) + 1;
-    if (response.status >= 500) figures.serverErrors += 1;
+    const requests = (last = plans.map((plan) => fill(plan, target.key, ids, cursors)));
+    const responses = await Promise.all(requests.map((request) => target.transport.send(request)));
     const before = stored;
     const after = (stored = await snapshot(target.store));
-    const received = target.transport.received(request);
-    const problem = target.checker.check(received.method, received.url, response);
-    if (problem) throw new Error(problem);
+    const created: string[] = [];
+    for (const [i, request] of requests.entries()) {
+      const response = responses[i]!;
+      figures.runs += 1;
+      figures.statuses[response.status] = (figures.statuses[response.status] ?? 0) + 1;
+      if (response.status >= 500) figures.serverErrors += 1;
+      const received = target.transport.received(request);
+      const problem = target.checker.check(received.method, received.url, response);
+      if (problem) throw new Error(problem);
 
-    const operation = target.checker.operationFor(received.method, received.url)?.operationId;
-    const next = /<[^>]*[?&]cursor=([^&>]+)[^>]*>; rel="next"/.exec(response.headers['link'] ?? '');
-    if (next) cursors.push(next[1]!);
-    if (received.method === 'HEAD' && response.status < 500) {
-      const wrong = await checkHead(target, request, response);
-      if (wrong) throw new Error(wrong);
-    }
-    const idempotencyKey = idempotencyKeyOf(request.headers['idempotency-key']);
-    if (operation === 'createPet' && idempotencyKey !== undefined) {
-      const wrong = checkIdempotency(firstAnswers, idempotencyKey, response);
-      if (wrong) throw new Error(wrong);
-    }
-    if (operation === 'createPet' && response.status === 201) {
-      const wrong = await checkCreated(target, request, response, before, after);
-      if (wrong) throw new Error(wrong);
-      ids.push(readPet(response.body).id!);
-      figures.createdAndReadBack += 1;
-    } else {
-      if (after.join('\n') !== before.join('\n')) {
-        throw new Error(`a ${response.status} changed the stored animals (${before.length} → ${after.length})`);
+      const operation = target.checker.operationFor(received.method, received.url)?.operationId;
+      const next = /<[^>]*[?&]cursor=([^&>]+)[^>]*>; rel="next"/.exec(response.headers['link'] ?? '');
+      if (next) cursors.push(next[1]!);
+      if (sequential && received.method === 'HEAD') {
+        const wrong = await checkHead(target, request, response);
+        if (wrong) throw new Error(wrong);
       }
-      if (response.status >= 400) figures.refusedAndUnchanged += 1;
+      const idempotencyKey = idempotencyKeyOf(request.headers['idempotency-key']);
+      if (sequential && operation === 'createPet' && idempotencyKey !== undefined) {
+        const wrong = checkIdempotency(firstAnswers, idempotencyKey, response);
+        if (wrong) throw new Error(wrong);
+      }
+      if (operation === 'createPet' && response.status === 201) {
+        const wrong = await checkCreated(target, request, response);
+        if (wrong) throw new Error(wrong);
+        const pet = readPet(response.body);
+        if (response.headers['idempotent-replayed'] !== 'true') created.push(row(pet));
+        ids.push(pet.id!);
+        figures.createdAndReadBack += 1;
+      } else if (response.status >= 400) {
+        figures.refusedAndUnchanged += 1;
+      }
+    }
+    // The stored animals changed by exactly what the 201s created: nothing else stored anything.
+    const expected = [...before, ...created].sort((x, y) =>
+      BigInt(x.split('\t')[0]!) < BigInt(y.split('\t')[0]!) ? -1 : 1,
+    );
+    if (after.join('\n') !== expected.join('\n')) {
+      const answers = responses.map((response) => response.status).join(', ');
+      throw new Error(
+        `the stored animals went from ${before.length} to ${after.length}, but the answers (${answers}) created ${created.length}`,
+      );
     }
   });
 
@@ -258,18 +279,18 @@ export async function fuzz(target: FuzzTarget, options: { seed: number; runs: nu
   figures.durationMs = Math.round(performance.now() - started);
   if (!details.failed) return { figures } satisfies FuzzOutcome;
 
-  const plan = details.counterexample?.[0];
-  const request = plan ? fill(plan, target.key, ids, cursors) : last;
-  const replay = !request
-    ? '(no request)'
-    : request.wire && target.transport.faults
+  const plans = details.counterexample?.[0];
+  const requests = plans ? plans.map((plan) => fill(plan, target.key, ids, cursors)) : (last ?? []);
+  const replay = requests.map((request) =>
+    request.wire && target.transport.faults
       ? toNetcat(target.base, serialize(request)).split(target.key).join('\'"$PETSTORE_KEY"\'')
-      : toCurl(target.base, request, target.key);
+      : toCurl(target.base, request, target.key),
+  );
   const failure = [
     `fuzz failure after ${details.numRuns} runs (seed ${options.seed}, path ${details.counterexamplePath}, ${details.numShrinks} shrinks):`,
     `  ${details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance)}`,
-    'replay (PETSTORE_KEY holding a valid key):',
-    `  ${replay}`,
+    `replay (PETSTORE_KEY holding a valid key${requests.length > 1 ? '; these were sent at once' : ''}):`,
+    ...replay.map((line) => `  ${line}`),
     `rerun: PETSTORE_FUZZ_SEED=${options.seed} node --import tsx --test test/fuzz.test.ts`,
   ].join('\n');
   return { figures, failure } satisfies FuzzOutcome;
