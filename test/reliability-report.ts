@@ -177,7 +177,7 @@ ${
 - \`npm test\`: all of the above at the sizes shown with a fixed seed, within the whole suite.
 - \`npm run reliability\`: only these tests, at the same sizes, and rewrites this page.
 - \`npm run soak\`: longer runs (20,000 fuzzed requests on SQLite, 5,000 on PostgreSQL,
-  12 kill cycles per store, 104,000 requests for the leak check) with a random fuzz seed, printed
+  2,000 concurrent batches on each, 12 kill cycles per store, 104,000 requests for the leak check) with a random fuzz seed, printed
   at the start; rewrites this page.
 - PostgreSQL checks run when \`PETSTORE_TEST_DATABASE_URL\` (default
   \`postgres://postgres@127.0.0.1:5432/test\`) answers, are skipped loudly when it does not,
