@@ -4,7 +4,7 @@ import { systemClock, type Clock } from './clock.js';
 import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
 import { authenticate } from './http/auth.js';
-import { answerClientError } from './http/client-errors.js';
+import { answerClientError, routeEveryRequest } from './http/client-errors.js';
 import { registerDocs } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
@@ -50,6 +50,8 @@ export async function buildApp({
       maxHeaderSize: HEADER_LIMIT,
       headersTimeout: config.headersTimeoutMs,
       connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
+      // RFC 9112 section 3.2's 400 for a missing Host comes from guardRequest, with the Error body.
+      requireHostHeader: false,
     },
     requestTimeout: config.requestTimeoutMs,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
@@ -83,6 +85,7 @@ export async function buildApp({
   const store = timeStore(plainStore, metrics);
   observeRequests(app, metrics);
   logRequests(app);
+  routeEveryRequest(app.server);
   app.addHook('onRequest', guardRequest);
   if (config.corsOrigins.length > 0) {
     await app.register(cors, {

@@ -4,18 +4,22 @@ import { ApiError, notFound } from '../errors.js';
 /** Longest request target (path and query) the service reads: nginx's default buffer size. */
 export const URL_LIMIT = 8 * 1024;
 
+const missingHost = () => new ApiError('invalid_request', 'The request is not valid HTTP/1.1: it has no Host header.');
+
 const uriTooLong = () =>
   new ApiError('uri_too_long', `The request URL is longer than ${URL_LIMIT} bytes; send a shorter one.`);
 
 /**
  * Global `onRequest` hook, first on every request: the security headers every answer carries,
- * then 414 for an over-long URL and 404 for an unknown path, before any body is read or key
- * checked. A callback hook: it costs no promise.
+ * then 414 for an over-long URL, 400 for HTTP/1.1 without Host and 404 for an unknown path,
+ * before any body is read or key checked. A callback hook: it costs no promise.
  */
 export function guardRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
   reply.header('x-content-type-options', 'nosniff');
   // API answers are per key and change with every write; the /docs assets may be cached.
   if (!request.url.startsWith('/docs')) reply.header('cache-control', 'no-store');
   if (request.url.length > URL_LIMIT) return done(uriTooLong());
+  // RFC 9112 section 3.2: an HTTP/1.1 request without Host is a 400.
+  if (request.headers.host === undefined && request.raw.httpVersion === '1.1') return done(missingHost());
   done(request.is404 ? notFound() : undefined);
 }

@@ -5,7 +5,7 @@ import { ApiError } from '../errors.js';
 /** Makes every method Node's parser knows routable, so a wrong one is a 405 rather than a 404. */
 export function routeEveryMethod(app: FastifyInstance): void {
   for (const method of METHODS) {
-    if (method !== 'CONNECT' && !app.supportedMethods.includes(method)) app.addHttpMethod(method);
+    if (!app.supportedMethods.includes(method)) app.addHttpMethod(method);
   }
 }
 

@@ -189,6 +189,8 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
         params: GetPetParams,
         response: {
           200: { description: 'The animal.', headers: { ...deprecationHeaderDocs, ...rateLimitHeaders }, $ref: 'Pet#' },
+          // Node's HTTP parser answers a malformed request to any path before a route runs.
+          400: errorResponse('invalid_request: the request is not valid HTTP/1.1 (request line or headers).'),
           404: errorResponse(
             'not_found: no animal has this id, or petId is not a positive integer.',
             deprecationHeaderDocs,
