@@ -394,6 +394,15 @@ export interface operations {
                     "application/json": components["schemas"]["Pet"];
                 };
             };
+            /** @description invalid_request: the request is not valid HTTP/1.1 (request line or headers). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description unauthorized: the API key is missing, not Bearer, unknown or revoked. */
             401: {
                 headers: {
