@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 
-const MAIN = new URL('../src/main.ts', import.meta.url).pathname;
+// The built command, as it is deployed: `npm test` builds it first (the `pretest` script).
+const MAIN = new URL('../dist/main.js', import.meta.url).pathname;
 
 /** Environment for a child `petstore`: its own SQLite file, any port, info logs (startServer reads them). */
 export function childEnv(t: TestContext, extra: Record<string, string> = {}): Record<string, string> {
@@ -22,7 +23,7 @@ export function childEnv(t: TestContext, extra: Record<string, string> = {}): Re
 /** Runs `petstore <args>` to completion. */
 export function runCli(args: string[], env: Record<string, string>, timeoutMs = 20_000) {
   return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { env, timeout: timeoutMs });
+    const child = spawn(process.execPath, [MAIN, ...args], { env, timeout: timeoutMs });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk) => (stdout += chunk));
@@ -43,7 +44,7 @@ export interface Server {
 
 /** Starts `petstore serve` and resolves once it listens; killed after the test if still running. */
 export function startServer(t: TestContext, env: Record<string, string>, timeoutMs = 20_000): Promise<Server> {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], { env });
+  const child = spawn(process.execPath, [MAIN, 'serve'], { env });
   t.after(() => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   });
