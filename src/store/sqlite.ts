@@ -2,8 +2,9 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { memoryCounters } from './counters.js';
+import { groupCommits } from './group-commit.js';
 import { readMigrations } from './migrations.js';
-import { toKey, toPet, type KeyRow, type PetRow } from './rows.js';
+import { toKey, type KeyRow } from './rows.js';
 import {
   StoreUnavailableError,
   type IdempotencyClaim,
@@ -23,6 +24,14 @@ interface IdempotencyRow {
   response_location: string;
   expires_at: bigint;
 }
+
+/** A `pets` row read in raw mode (an array: no object per row to build): id, name, category_id, status. */
+type PetTuple = [bigint, string, bigint, PetRecord['status']];
+
+const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], categoryId: row[2], status: row[3] });
+
+// Active keys remembered by hash: at most this many, then the memory starts again empty.
+const KEYS_REMEMBERED = 1000;
 
 // Expired idempotency keys deleted per create that uses a key: cleanup without a separate job.
 const EXPIRED_PER_CREATE = 100;
@@ -66,13 +75,19 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
   let statements: ReturnType<typeof prepare> | undefined;
   const prepare = () => ({
     insertPet: db.prepare('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)'),
-    getPet: db.prepare<[bigint], PetRow>('SELECT id, name, category_id, status FROM pets WHERE id = ?'),
-    listAll: db.prepare<[bigint, number], PetRow>(
-      'SELECT id, name, category_id, status FROM pets WHERE id > ? ORDER BY id LIMIT ?',
-    ),
-    listByStatus: db.prepare<[string, bigint, number], PetRow>(
-      'SELECT id, name, category_id, status FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?',
-    ),
+    getPet: db.prepare<[bigint], PetTuple>('SELECT id, name, category_id, status FROM pets WHERE id = ?').raw(true),
+    listAll: db
+      .prepare<[bigint, number], PetTuple>(
+        'SELECT id, name, category_id, status FROM pets WHERE id > ? ORDER BY id LIMIT ?',
+      )
+      .raw(true),
+    listByStatus: db
+      .prepare<[string, bigint, number], PetTuple>(
+        'SELECT id, name, category_id, status FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?',
+      )
+      .raw(true),
+    // Changes when another connection (another process, the keys command) commits to the file.
+    dataVersion: db.prepare<[], bigint>('PRAGMA data_version').pluck(),
     findIdempotency: db.prepare<[bigint, string], IdempotencyRow>(
       'SELECT fingerprint, response_status, response_body, response_location, expires_at FROM idempotency_keys ' +
         'WHERE api_key_id = ? AND key = ?',
@@ -102,6 +117,17 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     if (!statements) throw new Error('the SQLite store is used before migrate()');
     return statements;
   };
+  const inserts = groupCommits(db, (pet: NewPetRecord): PetRecord => {
+    const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
+    return { id: BigInt(lastInsertRowid), ...pet };
+  });
+
+  // Active keys by hash, exact rather than merely recent: emptied whenever this connection
+  // changes api_keys and whenever data_version says another one committed (a revocation
+  // from the command line is refused at once, as without the memory).
+  let activeKeys = new Map<string, { id: number; hash: Buffer }>();
+  let keysVersion: bigint | undefined;
+  const forgetKeys = () => void (activeKeys = new Map());
 
   return busyAsUnavailable({
     async migrate() {
@@ -134,9 +160,10 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
       db.prepare('SELECT 1').get();
     },
 
+    // Resolves once the transaction holding it committed: see groupCommits.
     async createPet(pet: NewPetRecord) {
-      const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
-      return { id: BigInt(lastInsertRowid), ...pet };
+      ready();
+      return inserts.call(pet);
     },
 
     async createPetOnce(
@@ -181,22 +208,35 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
 
     async getPet(id: bigint) {
       const row = ready().getPet.get(id);
-      return row && toPet(row);
+      return row && fromTuple(row);
     },
 
     async listPets({ status, afterId = 0n, limit }: ListQuery) {
       const rows = status ? ready().listByStatus.all(status, afterId, limit) : ready().listAll.all(afterId, limit);
-      return rows.map(toPet);
+      return rows.map(fromTuple);
     },
 
     async createKey(key: NewKeyRecord) {
+      forgetKeys();
       const { lastInsertRowid } = ready().insertKey.run(key.name, key.hint, key.hash, key.createdAt.toISOString());
       return toKey(ready().getKey.get(BigInt(lastInsertRowid))!);
     },
 
     async findActiveKey(hash: Buffer) {
-      const row = ready().findKey.get(hash);
-      return row && { id: Number(row.id), hash: row.hash };
+      const s = ready();
+      const version = s.dataVersion.get()!;
+      if (version !== keysVersion || activeKeys.size >= KEYS_REMEMBERED) {
+        forgetKeys();
+        keysVersion = version;
+      }
+      const name = hash.toString('latin1');
+      const known = activeKeys.get(name);
+      if (known) return known;
+      const row = s.findKey.get(hash);
+      if (!row) return undefined;
+      const key = { id: Number(row.id), hash: row.hash };
+      activeKeys.set(name, key);
+      return key;
     },
 
     async listKeys() {
@@ -204,10 +244,12 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     },
 
     async revokeKey(id: number, at: Date) {
+      forgetKeys();
       return ready().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
     },
 
     async createFirstKey(key: NewKeyRecord) {
+      forgetKeys();
       const { changes, lastInsertRowid } = ready().insertFirstKey.run(
         key.name,
         key.hint,
@@ -223,6 +265,7 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     },
 
     async close() {
+      if (statements) inserts.flush();
       db.close();
     },
   });

@@ -1,0 +1,84 @@
+// `npm run bench:profile`: where the time goes. Runs the built service under `node --cpu-prof`
+// for one workload at a time (list, createPet) and prints the self time by function and by module.
+// Options: --duration 8 --workload list,create
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { drive, type Load } from './load.js';
+import { startService } from './processes.js';
+import { seedSqlite } from './seed.js';
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+const { values: options } = parseArgs({
+  options: { duration: { type: 'string', default: '8' }, workload: { type: 'string', default: 'list,create' } },
+});
+
+const LOADS: Record<string, Omit<Load, 'key'>> = {
+  list: { kind: 'get', path: '/v1/pets?limit=20' },
+  getPet: { kind: 'getPet', path: '/v1/pets/1', ids: [1, 10_000] },
+  create: { kind: 'create', path: '/v1/pets' },
+};
+
+/** The module a frame belongs to: a package name, a file of this service, or what V8 calls it. */
+function moduleOf(url: string, name: string): string {
+  if (!url) return name.startsWith('(') ? name : '(native)';
+  const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+  if (pkg) return pkg[1]!;
+  if (url.startsWith('node:')) return url;
+  const own = url.indexOf('/dist/');
+  return own >= 0 ? url.slice(own + 1) : url;
+}
+
+function summarise(profile: Profile, top = 25): string[] {
+  const self = new Map<number, number>();
+  profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const total = [...self.values()].reduce((a, b) => a + b, 0);
+  const byFunction = new Map<string, number>();
+  const byModule = new Map<string, number>();
+  for (const node of profile.nodes) {
+    const time = self.get(node.id) ?? 0;
+    const { functionName, url, lineNumber } = node.callFrame;
+    const module = moduleOf(url, functionName);
+    const name = `${functionName || '(anonymous)'} ${module}${url ? `:${lineNumber + 1}` : ''}`;
+    byFunction.set(name, (byFunction.get(name) ?? 0) + time);
+    byModule.set(module, (byModule.get(module) ?? 0) + time);
+  }
+  const share = (time: number) => `${((100 * time) / total).toFixed(1).padStart(5)}%`;
+  const rank = (map: Map<string, number>) =>
+    [...map]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, top)
+      .map(([name, time]) => `${share(time)}  ${name}`);
+  return ['self time by module:', ...rank(byModule), '', 'self time by function:', ...rank(byFunction)];
+}
+
+const temp = mkdtempSync(join(tmpdir(), 'petstore-profile-'));
+try {
+  for (const name of options.workload.split(',')) {
+    const seeded = seedSqlite(join(temp, `${name}.db`), 10_000);
+    const dir = join(temp, name);
+    const service = await startService(name, seeded.env, 1, ['--cpu-prof', '--cpu-prof-dir', dir]);
+    try {
+      const sample = await drive({ ...LOADS[name]!, key: seeded.key }, [service.port], Number(options.duration));
+      process.stdout.write(`\n## ${name}: ${Math.round(sample.rps)} req/s under the profiler\n\n`);
+    } finally {
+      await service.stop();
+    }
+    const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'))!;
+    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Profile;
+    process.stdout.write(summarise(profile).join('\n') + '\n');
+  }
+} finally {
+  rmSync(temp, { recursive: true, force: true });
+}
