@@ -54,13 +54,36 @@ function summarise(profile: Profile, top = 25): string[] {
     byFunction.set(name, (byFunction.get(name) ?? 0) + time);
     byModule.set(module, (byModule.get(module) ?? 0) + time);
   }
+  // Inclusive time: a sample counts once for every distinct function on its stack.
+  const parent = new Map<number, ProfileNode>();
+  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node);
+  const byId = new Map(profile.nodes.map((node) => [node.id, node]));
+  const inclusive = new Map<string, number>();
+  for (const [id, time] of self) {
+    const seen = new Set<string>();
+    for (let node = byId.get(id); node; node = parent.get(node.id)) {
+      const { functionName, url, lineNumber } = node.callFrame;
+      if (!url.includes('/dist/') && !url.includes('node_modules/fastify/')) continue;
+      seen.add(`${functionName || '(anonymous)'} ${moduleOf(url, functionName)}:${lineNumber + 1}`);
+    }
+    for (const name of seen) inclusive.set(name, (inclusive.get(name) ?? 0) + time);
+  }
   const share = (time: number) => `${((100 * time) / total).toFixed(1).padStart(5)}%`;
-  const rank = (map: Map<string, number>) =>
+  const rank = (map: Map<string, number>, count = top) =>
     [...map]
       .sort((a, b) => b[1] - a[1])
-      .slice(0, top)
+      .slice(0, count)
       .map(([name, time]) => `${share(time)}  ${name}`);
-  return ['self time by module:', ...rank(byModule), '', 'self time by function:', ...rank(byFunction)];
+  return [
+    'self time by module:',
+    ...rank(byModule),
+    '',
+    'self time by function:',
+    ...rank(byFunction),
+    '',
+    'total time (self and callees) of the service and Fastify functions:',
+    ...rank(inclusive, 40),
+  ];
 }
 
 const temp = mkdtempSync(join(tmpdir(), 'petstore-profile-'));
