@@ -9,7 +9,8 @@ export interface Measured {
   pets: number;
   instances: number;
   workload: string;
-  samples: (Sample & { peakRss?: number })[];
+  /** Each with the req/s of the bare GET measured just before it (none for the bare server's own). */
+  samples: (Sample & { peakRss?: number; bareRps?: number })[];
 }
 
 export interface RunInfo {
@@ -20,6 +21,7 @@ export interface RunInfo {
   loadGenerator: string;
   pinned: boolean;
   postgres: string;
+  nodeFlags: string[];
   walEnd: { pets: number; bytes: number }[];
   walMax: number;
   storedAtEnd: { pets: number; stored: number }[];
@@ -64,12 +66,16 @@ function median(values: number[]): number {
   return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
+/** The median of each sample's req/s divided by that of the bare GET measured just before it. */
+const ratioOf = (measured: Measured, bareRps: number) =>
+  median(measured.samples.map((s) => s.rps / (s.bareRps ?? bareRps)));
+
 function summarise(measured: Measured, bareRps: number): Figures {
   const rps = median(measured.samples.map((s) => s.rps));
   const peaks = measured.samples.map((s) => s.peakRss).filter((p): p is number => p !== undefined);
   return {
     rps,
-    ratio: rps / bareRps,
+    ratio: ratioOf(measured, bareRps),
     p50Ms: median(measured.samples.map((s) => s.p50Ms)),
     p99Ms: median(measured.samples.map((s) => s.p99Ms)),
     peakRss: peaks.length ? Math.max(...peaks) : undefined,
@@ -130,14 +136,17 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
       '',
       `### SQLite, ${int(pets)} pets against 10,000 pets`,
       '',
-      `| workload | 10,000 req/s | ${int(pets)} req/s | ratio |`,
+      `| workload | 10,000: req/s (÷ bare GET) | ${int(pets)}: req/s (÷ bare GET) | ${int(pets)} ÷ 10,000 |`,
       '|---|---:|---:|---:|',
     );
     for (const workload of ['list', 'filtered', 'deep', 'getPet']) {
       const base = figures('sqlite-10000', workload)!;
       const big = figures(`sqlite-${pets}`, workload)!;
-      const ratio = big.rps / base.rps;
-      scaleLines.push(`| ${LABELS[workload]} | ${int(base.rps)} | ${int(big.rps)} | ${ratio.toFixed(2)} |`);
+      // Ratios to bare GET, each from its own pairs: the machine's load cancels out.
+      const ratio = big.ratio / base.ratio;
+      scaleLines.push(
+        `| ${LABELS[workload]} | ${int(base.rps)} (${base.ratio.toFixed(2)}) | ${int(big.rps)} (${big.ratio.toFixed(2)}) | ${ratio.toFixed(2)} |`,
+      );
       checks.push(
         `| ${LABELS[workload]} at ${int(pets)} pets ≥ 0.8× its 10,000 figure | ${ratio.toFixed(2)} | ${mark(ratio >= TARGETS.scale)} |`,
       );
@@ -147,7 +156,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
 
   const summary = [
     SUMMARY_START,
-    `SQLite, 10,000 pets, ${CONNECTIONS} connections, median of ${info.rounds} interleaved ${info.seconds} s rounds; rate limits off.`,
+    `SQLite, 10,000 pets, ${CONNECTIONS} connections, ${info.rounds} interleaved ${info.seconds} s rounds (medians); rate limits off.`,
     '',
     ...table([...rowsOf('bare'), ...small]),
     '',
@@ -173,9 +182,10 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     `Written by \`${info.command}\` on ${info.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC in ${info.minutes.toFixed(1)} minutes.`,
     '',
     `- Machine: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; shared, so absolute figures are noisy: read the ratios.`,
-    `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} rounds of ${info.seconds} s, every workload of every server in each round; medians shown.`,
+    `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload of every server for ${info.seconds} s right after ${info.seconds} s of the bare server; medians shown.`,
     '- **Rate limits were off** for the run (`PETSTORE_RATE_LIMIT=off`, `PETSTORE_AUTH_FAILURE_LIMIT=off`); everything else as shipped: API key checked on every request, validation, int64-exact JSON, `Link` headers, `synchronous=FULL`, `LOG_LEVEL=warn`.',
-    `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; the ratios divide by its GET req/s (${int(bareRps)}).`,
+    `- Service started as \`node ${[...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? '' : ' (V8 defaults)'}.`,
+    `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by that of the bare GET sample just before it (bare GET median: ${int(bareRps)} req/s).`,
     '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds.',
     `- Stores at the end: ${info.storedAtEnd.map((s) => `${int(s.stored)} pets in the store seeded with ${int(s.pets)}`).join('; ')} (createPet and the mix add to the 10,000 store in each round). WAL file at the end: ${info.walEnd.map((w) => `${mib(w.bytes)} (${int(w.pets)})`).join(', ')}; largest seen after any workload: ${mib(info.walMax)}.`,
     `- PostgreSQL: ${info.postgres}.`,
@@ -254,7 +264,7 @@ function drawChart(measured: Measured[], bareRps: number): string {
     series.forEach((s, i) => {
       const found = measured.find((m) => m.target === s.target && m.workload === workload);
       if (!found) return;
-      const ratio = median(found.samples.map((sample) => sample.rps)) / bareRps;
+      const ratio = ratioOf(found, bareRps);
       const y = y0 + i * bar;
       parts.push(
         `<rect x="${left}" y="${y}" width="${(x(ratio) - left).toFixed(1)}" height="${bar - 2}" fill="${s.color}"/>`,

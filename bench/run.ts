@@ -1,5 +1,6 @@
 // `npm run bench`: the built service against a bare node:http server, in interleaved rounds.
-// Options: --pets 10000[,1000000] --rounds 3 --duration 8 --warmup 2 --quick --postgres / --no-postgres
+// Options: --pets 10000[,1000000] --rounds 3 --duration 5 --warmup 1 --quick --postgres / --no-postgres
+// --node-options '<flags for the service>'
 import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,12 +24,15 @@ const { values: options } = parseArgs({
     quick: { type: 'boolean', default: false },
     postgres: { type: 'boolean' },
     'no-postgres': { type: 'boolean', default: false },
+    // Flags for the service's node, e.g. --node-options=--max-semi-space-size=4; none by default.
+    'node-options': { type: 'string', default: '' },
   },
 });
 const quick = options.quick;
+const nodeFlags = options['node-options'].split(' ').filter(Boolean);
 const rounds = Number(options.rounds ?? (quick ? 1 : 3));
-const seconds = Number(options.duration ?? (quick ? 3 : 8));
-const warmup = Number(options.warmup ?? (quick ? 1 : 2));
+const seconds = Number(options.duration ?? (quick ? 2 : 5));
+const warmup = Number(options.warmup ?? 1);
 // The 10,000-pet store is always measured: larger ones are compared with it.
 const petCounts = [...new Set([10_000, ...options.pets.split(',').map(Number)])].sort((a, b) => a - b);
 if (petCounts.some((n) => !Number.isInteger(n) || n < 100) || ![rounds, seconds, warmup].every((n) => n > 0)) {
@@ -86,7 +90,7 @@ async function main() {
     log(`seeding SQLite with ${pets} pets`);
     const path = join(temp, `pets-${pets}.db`);
     const seeded = seedSqlite(path, pets);
-    const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU);
+    const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU, nodeFlags);
     cleanups.push(service.stop);
     targets.push({
       id: `sqlite-${pets}`,
@@ -105,18 +109,18 @@ async function main() {
     log('seeding PostgreSQL with 10000 pets');
     const seeded = await seedPostgres(POSTGRES_URL, `petstore_bench_${process.pid}`, 10_000);
     cleanups.push(seeded.drop);
-    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU);
+    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, nodeFlags);
     cleanups.unshift(one.stop);
     targets.push({ id: 'pg-1', store: 'PostgreSQL', pets: 10_000, instances: [one], workloads: ALL, seeded });
-    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU);
-    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU);
+    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, nodeFlags);
+    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, nodeFlags);
     cleanups.unshift(a.stop, b.stop);
     targets.push({
       id: 'pg-2',
       store: 'PostgreSQL',
       pets: 10_000,
       instances: [a, b],
-      workloads: ['list', 'getPet', 'create'],
+      workloads: ['list', 'create'],
       seeded,
     });
     postgres = `${POSTGRES_URL.replace(/\/\/[^@]*@/, '//')}`;
@@ -157,15 +161,20 @@ async function main() {
   log(`warm-up, ${warmup} s per workload`);
   for (const target of targets) for (const name of target.workloads) await measure(target, name, warmup);
 
-  const samples = new Map<string, (Sample & { peakRss?: number })[]>();
+  // Every sample right after one of the bare server: the ratio of the pair holds however
+  // busy the machine is at that moment.
+  const samples = new Map<string, (Sample & { peakRss?: number; bareRps?: number })[]>();
+  const add = (key: string, sample: Sample & { peakRss?: number; bareRps?: number }) =>
+    samples.set(key, [...(samples.get(key) ?? []), sample]);
   const walSizes: number[] = [];
+  const bareTarget = targets[0]!;
   for (let round = 1; round <= rounds; round++) {
-    for (const target of targets) {
+    for (const target of targets.slice(1)) {
       for (const name of target.workloads) {
         log(`round ${round}/${rounds}: ${target.id} ${name}`);
-        const sample = await measure(target, name, seconds);
-        const key = `${target.id}|${name}`;
-        samples.set(key, [...(samples.get(key) ?? []), sample]);
+        const bareSample = await measure(bareTarget, 'list', seconds);
+        add('bare|list', bareSample);
+        add(`${target.id}|${name}`, { ...(await measure(target, name, seconds)), bareRps: bareSample.rps });
         if (target.walFile) walSizes.push(walSize(target.walFile));
       }
     }
@@ -193,6 +202,7 @@ async function main() {
     loadGenerator: hasWrk() ? 'wrk' : 'autocannon',
     pinned: pinning(),
     postgres,
+    nodeFlags,
     walEnd: sqliteTargets.map((target) => ({ pets: target.pets, bytes: walSize(target.walFile!) })),
     walMax: Math.max(0, ...walSizes),
     storedAtEnd: sqliteTargets.map((target) => ({ pets: target.pets, stored: countStored(target) })),

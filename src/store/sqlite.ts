@@ -30,9 +30,6 @@ type PetTuple = [bigint, string, bigint, PetRecord['status']];
 
 const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], categoryId: row[2], status: row[3] });
 
-// Active keys remembered by hash: at most this many, then the memory starts again empty.
-const KEYS_REMEMBERED = 1000;
-
 // Expired idempotency keys deleted per create that uses a key: cleanup without a separate job.
 const EXPIRED_PER_CREATE = 100;
 
@@ -88,8 +85,6 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
         'SELECT id, name, category_id, status FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?',
       )
       .raw(true),
-    // Changes when another connection (another process, the keys command) commits to the file.
-    dataVersion: db.prepare<[], bigint>('PRAGMA data_version').pluck(),
     findIdempotency: db.prepare<[bigint, string], IdempotencyRow>(
       'SELECT fingerprint, response_status, response_body, response_location, expires_at FROM idempotency_keys ' +
         'WHERE api_key_id = ? AND key = ?',
@@ -123,13 +118,6 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
     return { id: BigInt(lastInsertRowid), ...pet };
   });
-
-  // Active keys by hash, exact rather than merely recent: emptied whenever this connection
-  // changes api_keys and whenever data_version says another one committed (a revocation
-  // from the command line is refused at once, as without the memory).
-  let activeKeys = new Map<string, { id: number; hash: Buffer }>();
-  let keysVersion: bigint | undefined;
-  const forgetKeys = () => void (activeKeys = new Map());
 
   return busyAsUnavailable({
     async migrate() {
@@ -219,26 +207,15 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     },
 
     async createKey(key: NewKeyRecord) {
-      forgetKeys();
       const { lastInsertRowid } = ready().insertKey.run(key.name, key.hint, key.hash, key.createdAt.toISOString());
       return toKey(ready().getKey.get(BigInt(lastInsertRowid))!);
     },
 
+    // Looked up on every request, not remembered: it costs about what checking PRAGMA
+    // data_version for another process's revocation would, and a revocation counts at once.
     async findActiveKey(hash: Buffer) {
-      const s = ready();
-      const version = s.dataVersion.get()!;
-      if (version !== keysVersion || activeKeys.size >= KEYS_REMEMBERED) {
-        forgetKeys();
-        keysVersion = version;
-      }
-      const name = hash.toString('latin1');
-      const known = activeKeys.get(name);
-      if (known) return known;
-      const row = s.findKey.get(hash);
-      if (!row) return undefined;
-      const key = { id: Number(row.id), hash: row.hash };
-      activeKeys.set(name, key);
-      return key;
+      const row = ready().findKey.get(hash);
+      return row && { id: Number(row.id), hash: row.hash };
     },
 
     async listKeys() {
@@ -246,12 +223,10 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     },
 
     async revokeKey(id: number, at: Date) {
-      forgetKeys();
       return ready().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
     },
 
     async createFirstKey(key: NewKeyRecord) {
-      forgetKeys();
       const { changes, lastInsertRowid } = ready().insertFirstKey.run(
         key.name,
         key.hint,
