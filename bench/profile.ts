@@ -1,13 +1,15 @@
 // `npm run bench:profile`: where the time goes. Runs the built service under `node --cpu-prof`
 // for one workload at a time (list, createPet) and prints the self time by function and by module.
-// Options: --duration 8 --workload list,create
+// Options: --duration 8 --workload list,create --postgres (on PostgreSQL instead of SQLite)
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { drive, type Load } from './load.js';
 import { startService } from './processes.js';
-import { seedSqlite } from './seed.js';
+import { seedPostgres, seedSqlite, type Seeded } from './seed.js';
+
+const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
 
 interface ProfileNode {
   id: number;
@@ -21,7 +23,11 @@ interface Profile {
 }
 
 const { values: options } = parseArgs({
-  options: { duration: { type: 'string', default: '8' }, workload: { type: 'string', default: 'list,create' } },
+  options: {
+    duration: { type: 'string', default: '8' },
+    workload: { type: 'string', default: 'list,create' },
+    postgres: { type: 'boolean', default: false },
+  },
 });
 
 const LOADS: Record<string, Omit<Load, 'key'>> = {
@@ -89,14 +95,24 @@ function summarise(profile: Profile, top = 25): string[] {
 const temp = mkdtempSync(join(tmpdir(), 'petstore-profile-'));
 try {
   for (const name of options.workload.split(',')) {
-    const seeded = seedSqlite(join(temp, `${name}.db`), 10_000);
+    let drop = async () => {};
+    let seeded: Seeded;
+    if (options.postgres) {
+      const postgres = await seedPostgres(POSTGRES_URL, `petstore_profile_${process.pid}_${name}`, 10_000);
+      drop = postgres.drop;
+      seeded = postgres;
+    } else {
+      seeded = seedSqlite(join(temp, `${name}.db`), 10_000);
+    }
     const dir = join(temp, name);
     const service = await startService(name, seeded.env, 1, ['--cpu-prof', '--cpu-prof-dir', dir]);
     try {
       const sample = await drive({ ...LOADS[name]!, key: seeded.key }, [service.port], Number(options.duration));
-      process.stdout.write(`\n## ${name}: ${Math.round(sample.rps)} req/s under the profiler\n\n`);
+      const store = options.postgres ? 'PostgreSQL' : 'SQLite';
+      process.stdout.write(`\n## ${name} on ${store}: ${Math.round(sample.rps)} req/s under the profiler\n\n`);
     } finally {
       await service.stop();
+      await drop();
     }
     const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'))!;
     const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Profile;
