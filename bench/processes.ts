@@ -31,6 +31,8 @@ export interface Running {
   /** Peak resident set since the last resetPeak, in bytes (Linux VmHWM). */
   peakRss: () => number | undefined;
   resetPeak: () => void;
+  /** CPU time (user and system) the process has used so far, in microseconds. */
+  cpuMicros: () => number;
   stop: () => Promise<void>;
 }
 
@@ -46,6 +48,18 @@ async function waitUntilUp(url: string, child: ChildProcess, output: () => strin
     }
   }
   throw new Error(`did not answer at ${url} within 30 s:\n${output()}`);
+}
+
+// /proc/<pid>/stat counts in clock ticks of 1/100 s on Linux.
+const TICK_MICROS = 10_000;
+
+function readCpu(pid: number | undefined): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MICROS;
+  } catch {
+    return NaN;
+  }
 }
 
 function readPeak(pid: number | undefined): number | undefined {
@@ -80,6 +94,7 @@ export async function startProcess(
     child,
     output,
     peakRss: () => readPeak(child.pid),
+    cpuMicros: () => readCpu(child.pid),
     // Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS.
     resetPeak: () => {
       if (existsSync(`/proc/${child.pid}/clear_refs`)) writeFileSync(`/proc/${child.pid}/clear_refs`, '5');

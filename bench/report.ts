@@ -10,7 +10,7 @@ export interface Measured {
   instances: number;
   workload: string;
   /** Each with the req/s of the bare GET measured just before it (none for the bare server's own). */
-  samples: (Sample & { peakRss?: number; bareRps?: number })[];
+  samples: (Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number })[];
 }
 
 export interface RunInfo {
@@ -37,6 +37,8 @@ interface Figures {
   p99Ms: number;
   peakRss: number | undefined;
   failures: number;
+  /** Server CPU time per answer, µs. */
+  cpuMicros: number | undefined;
 }
 
 // Limits the issue sets, each checked against the same run's figures.
@@ -73,12 +75,14 @@ const ratioOf = (measured: Measured, bareRps: number) =>
 function summarise(measured: Measured, bareRps: number): Figures {
   const rps = median(measured.samples.map((s) => s.rps));
   const peaks = measured.samples.map((s) => s.peakRss).filter((p): p is number => p !== undefined);
+  const cpus = measured.samples.map((s) => s.cpuMicros).filter((c): c is number => c !== undefined);
   return {
     rps,
     ratio: ratioOf(measured, bareRps),
     p50Ms: median(measured.samples.map((s) => s.p50Ms)),
     p99Ms: median(measured.samples.map((s) => s.p99Ms)),
     peakRss: peaks.length ? Math.max(...peaks) : undefined,
+    cpuMicros: cpus.length ? median(cpus) : undefined,
     failures: measured.samples.reduce((sum, s) => sum + s.failures, 0),
   };
 }
@@ -90,11 +94,11 @@ const mark = (ok: boolean) => (ok ? 'met' : '**not met**');
 
 function table(rows: { label: string; figures: Figures }[]): string[] {
   return [
-    '| workload | req/s | ÷ bare GET | p50 ms | p99 ms | p99 ÷ p50 | peak RSS | failed |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|',
+    '| workload | req/s | ÷ bare GET | p50 ms | p99 ms | p99 ÷ p50 | peak RSS | CPU µs per answer | failed |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows.map(
       ({ label, figures: f }) =>
-        `| ${label} | ${int(f.rps)} | ${f.ratio.toFixed(2)} | ${ms(f.p50Ms)} | ${ms(f.p99Ms)} | ${(f.p99Ms / f.p50Ms).toFixed(1)} | ${mib(f.peakRss)} | ${f.failures} |`,
+        `| ${label} | ${int(f.rps)} | ${f.ratio.toFixed(2)} | ${ms(f.p50Ms)} | ${ms(f.p99Ms)} | ${(f.p99Ms / f.p50Ms).toFixed(1)} | ${mib(f.peakRss)} | ${f.cpuMicros === undefined ? 'n/a' : f.cpuMicros.toFixed(0)} | ${f.failures} |`,
     ),
   ];
 }
@@ -186,7 +190,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     '- **Rate limits were off** for the run (`PETSTORE_RATE_LIMIT=off`, `PETSTORE_AUTH_FAILURE_LIMIT=off`); everything else as shipped: API key checked on every request, validation, int64-exact JSON, `Link` headers, `synchronous=FULL`, `LOG_LEVEL=warn`.',
     `- Service started as \`node ${[...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? '' : ' (V8 defaults)'}.`,
     `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by that of the bare GET sample just before it (bare GET median: ${int(bareRps)} req/s).`,
-    '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds.',
+    '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds. "CPU µs per answer": the server process\'s user and system CPU time during the sample divided by the answers it sent (median), from `/proc/<pid>/stat`; it includes the kernel\'s loopback TCP work, and is the figure the machine\'s other load moves least.',
     `- Stores at the end: ${info.storedAtEnd.map((s) => `${int(s.stored)} pets in the store seeded with ${int(s.pets)}`).join('; ')} (createPet and the mix add to the 10,000 store in each round). WAL file at the end: ${info.walEnd.map((w) => `${mib(w.bytes)} (${int(w.pets)})`).join(', ')}; largest seen after any workload: ${mib(info.walMax)}.`,
     `- PostgreSQL: ${info.postgres}.`,
     '',

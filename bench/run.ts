@@ -146,16 +146,20 @@ async function main() {
     target: Target,
     name: WorkloadName,
     duration: number,
-  ): Promise<Sample & { peakRss?: number }> => {
+  ): Promise<Sample & { peakRss?: number; cpuMicros?: number }> => {
     const load = workload(name, target.pets, target.seeded?.key ?? '');
     for (const instance of target.instances) instance.resetPeak();
+    const cpuBefore = target.instances.reduce((sum, instance) => sum + instance.cpuMicros(), 0);
     const sample = await drive(
       load,
       target.instances.map((instance) => instance.port),
       duration,
     );
+    const cpu = target.instances.reduce((sum, instance) => sum + instance.cpuMicros(), 0) - cpuBefore;
     const peaks = target.instances.map((instance) => instance.peakRss() ?? 0);
-    return { ...sample, peakRss: Math.max(...peaks) || undefined };
+    // The server's own CPU time per answer: what the shared machine's load does not change much.
+    const cpuMicros = Number.isFinite(cpu) && sample.rps > 0 ? cpu / (sample.rps * duration) : undefined;
+    return { ...sample, peakRss: Math.max(...peaks) || undefined, cpuMicros };
   };
 
   log(`warm-up, ${warmup} s per workload`);
@@ -163,8 +167,8 @@ async function main() {
 
   // Every sample right after one of the bare server: the ratio of the pair holds however
   // busy the machine is at that moment.
-  const samples = new Map<string, (Sample & { peakRss?: number; bareRps?: number })[]>();
-  const add = (key: string, sample: Sample & { peakRss?: number; bareRps?: number }) =>
+  const samples = new Map<string, (Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number })[]>();
+  const add = (key: string, sample: Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number }) =>
     samples.set(key, [...(samples.get(key) ?? []), sample]);
   const walSizes: number[] = [];
   const bareTarget = targets[0]!;
