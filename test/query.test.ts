@@ -28,6 +28,8 @@ test('reads a query exactly as URLSearchParams does, with or without anything to
     'a+b=c+d',
     'bad=%zz&x=%',
     'é=ü',
+    'a=\uD800&\uDC00=b',
+    'a=\uD83D\uDE00',
   ];
   // Every string of up to three characters from the ones that matter to the split.
   const alphabet = ['a', '=', '&', '%', '+', '1'];

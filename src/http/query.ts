@@ -1,3 +1,5 @@
+const NOTHING_TO_DECODE = /^[^%+\uD800-\uDFFF]*$/;
+
 /**
  * Fastify querystring parser that keeps every parameter, `__proto__` included, on an object
  * with no prototype, so validation can refuse it as unknown; a repeated one becomes an array.
@@ -10,9 +12,10 @@ export function parseQuery(text: string): Record<string, string | string[]> {
     const seen = query[key];
     query[key] = seen === undefined ? value : [...(Array.isArray(seen) ? seen : [seen]), value];
   };
-  // Without '%' or '+' there is nothing to decode: split it here, as URLSearchParams would
-  // (empty pairs skipped, the value after the first '='), without building its objects.
-  if (!text.includes('%') && !text.includes('+')) {
+  // Without '%', '+' or a lone surrogate (which URLSearchParams turns into U+FFFD) there is
+  // nothing to decode: split it here as URLSearchParams would (empty pairs skipped, the value
+  // after the first '='), without building its objects.
+  if (NOTHING_TO_DECODE.test(text)) {
     for (const pair of text.split('&')) {
       if (pair === '') continue;
       const equals = pair.indexOf('=');
