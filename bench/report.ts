@@ -9,7 +9,7 @@ export interface Measured {
   pets: number;
   instances: number;
   workload: string;
-  /** Each with the req/s of the bare GET measured just before it (none for the bare server's own). */
+  /** Each with the mean req/s of the bare GET samples just before and after it (none for the bare server's own). */
   samples: (Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number })[];
 }
 
@@ -68,7 +68,7 @@ function median(values: number[]): number {
   return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
-/** The median of each sample's req/s divided by that of the bare GET measured just before it. */
+/** The median of each sample's req/s divided by the mean of the bare GET samples around it. */
 const ratioOf = (measured: Measured, bareRps: number) =>
   median(measured.samples.map((s) => s.rps / (s.bareRps ?? bareRps)));
 
@@ -186,10 +186,10 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     `Written by \`${info.command}\` on ${info.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC in ${info.minutes.toFixed(1)} minutes.`,
     '',
     `- Machine: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; shared, so absolute figures are noisy: read the ratios.`,
-    `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload of every server for ${info.seconds} s right after ${info.seconds} s of the bare server; medians shown.`,
+    `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload of every server for ${info.seconds} s between samples of ${info.seconds} s of the bare server; medians shown.`,
     '- **Rate limits were off** for the run (`PETSTORE_RATE_LIMIT=off`, `PETSTORE_AUTH_FAILURE_LIMIT=off`); everything else as shipped: API key checked on every request, validation, int64-exact JSON, `Link` headers, `synchronous=FULL`, `LOG_LEVEL=warn`.',
     `- Service started as \`node ${[...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? '' : ' (V8 defaults)'}.`,
-    `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by that of the bare GET sample just before it (bare GET median: ${int(bareRps)} req/s).`,
+    `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by the mean of the bare GET samples just before and just after it (bare GET median: ${int(bareRps)} req/s).`,
     '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds. "CPU µs per answer": the server process\'s user and system CPU time during the sample divided by the answers it sent (median), from `/proc/<pid>/stat`; it includes the kernel\'s loopback TCP work, and is the figure the machine\'s other load moves least.',
     `- Stores at the end: ${info.storedAtEnd.map((s) => `${int(s.stored)} pets in the store seeded with ${int(s.pets)}`).join('; ')} (createPet and the mix add to the 10,000 store in each round). WAL file at the end: ${info.walEnd.map((w) => `${mib(w.bytes)} (${int(w.pets)})`).join(', ')}; largest seen after any workload: ${mib(info.walMax)}.`,
     `- PostgreSQL: ${info.postgres}.`,

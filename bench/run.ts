@@ -165,24 +165,32 @@ async function main() {
   log(`warm-up, ${warmup} s per workload`);
   for (const target of targets) for (const name of target.workloads) await measure(target, name, warmup);
 
-  // Every sample right after one of the bare server: the ratio of the pair holds however
+  // Every sample sits between two of the bare server: the ratio to their mean holds however
   // busy the machine is at that moment.
-  const samples = new Map<string, (Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number })[]>();
-  const add = (key: string, sample: Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number }) =>
-    samples.set(key, [...(samples.get(key) ?? []), sample]);
+  type Measurement = Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number };
+  const samples = new Map<string, Measurement[]>();
+  const add = (key: string, sample: Measurement) => samples.set(key, [...(samples.get(key) ?? []), sample]);
   const walSizes: number[] = [];
   const bareTarget = targets[0]!;
+  let waiting: Measurement | undefined;
+  const addBare = (bareSample: Measurement) => {
+    add('bare|list', bareSample);
+    if (waiting) waiting.bareRps = (waiting.bareRps! + bareSample.rps) / 2;
+    waiting = undefined;
+  };
   for (let round = 1; round <= rounds; round++) {
     for (const target of targets.slice(1)) {
       for (const name of target.workloads) {
         log(`round ${round}/${rounds}: ${target.id} ${name}`);
         const bareSample = await measure(bareTarget, 'list', seconds);
-        add('bare|list', bareSample);
-        add(`${target.id}|${name}`, { ...(await measure(target, name, seconds)), bareRps: bareSample.rps });
+        addBare(bareSample);
+        waiting = { ...(await measure(target, name, seconds)), bareRps: bareSample.rps };
+        add(`${target.id}|${name}`, waiting);
         if (target.walFile) walSizes.push(walSize(target.walFile));
       }
     }
   }
+  addBare(await measure(bareTarget, 'list', seconds));
 
   const measured: Measured[] = [];
   for (const target of targets) {
