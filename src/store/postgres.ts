@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { rememberActiveKeys } from './key-memory.js';
 import { readMigrations } from './migrations.js';
 import { toKey, toPet, type KeyRow, type PetRow } from './rows.js';
 import {
@@ -152,11 +153,6 @@ function translate(error: unknown): unknown {
 
 const ignore = () => {};
 
-// CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
-// remembered for half that, so a request costs no round trip for its key most of the time.
-const KEY_MEMORY_MS = 500;
-const KEYS_REMEMBERED = 1000;
-
 /**
  * A Store on PostgreSQL at `url` (`postgres://user@host:5432/db`), shared by any number of
  * service instances. Connections open lazily: opening never fails, the first query might.
@@ -232,8 +228,11 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
     }
   }
 
-  let activeKeys = new Map<string, { key: { id: number; hash: Buffer }; until: number }>();
-  const forgetKeys = () => void (activeKeys = new Map());
+  // Most requests then cost no round trip for their key.
+  const activeKeys = rememberActiveKeys(async (hash) => {
+    const { rows } = await query<{ id: bigint; hash: Buffer }>('findKey', [hash]);
+    return rows[0] && { id: Number(rows[0].id), hash: rows[0].hash };
+  });
 
   // The newest window this instance has seen; when a newer one begins, older counts are deleted.
   let countersWindow = -Infinity;
@@ -348,17 +347,7 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
     },
 
     async findActiveKey(hash: Buffer) {
-      const name = hash.toString('latin1');
-      const now = Date.now();
-      const known = activeKeys.get(name);
-      if (known && known.until > now) return known.key;
-      const { rows } = await query<{ id: bigint; hash: Buffer }>('findKey', [hash]);
-      if (!rows[0]) return undefined;
-      const key = { id: Number(rows[0].id), hash: rows[0].hash };
-      if (activeKeys.size >= KEYS_REMEMBERED) forgetKeys();
-      // Remembered from before the query was sent: a revocation it missed is at most KEY_MEMORY_MS old.
-      activeKeys.set(name, { key, until: now + KEY_MEMORY_MS });
-      return key;
+      return activeKeys.find(hash);
     },
 
     async listKeys() {
@@ -367,7 +356,7 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
     },
 
     async revokeKey(id: number, at: Date) {
-      forgetKeys();
+      activeKeys.forget();
       const { rowCount } = await query('revokeKey', [at, id]);
       return (rowCount ?? 0) > 0;
     },

@@ -3,6 +3,7 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { memoryCounters } from './counters.js';
 import { groupCommits } from './group-commit.js';
+import { rememberActiveKeys } from './key-memory.js';
 import { readMigrations } from './migrations.js';
 import { toKey, type KeyRow } from './rows.js';
 import {
@@ -118,6 +119,10 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     if (!statements) throw new Error('the SQLite store is used before migrate()');
     return statements;
   };
+  const activeKeys = rememberActiveKeys((hash) => {
+    const row = ready().findKey.get(hash);
+    return row && { id: Number(row.id), hash: row.hash };
+  });
   const inserts = groupCommits(db, (pet: NewPetRecord): PetRecord => {
     const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
     return { id: BigInt(lastInsertRowid), ...pet };
@@ -215,11 +220,8 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
       return toKey(ready().getKey.get(BigInt(lastInsertRowid))!);
     },
 
-    // Looked up on every request, not remembered: it costs about what checking PRAGMA
-    // data_version for another process's revocation would, and a revocation counts at once.
     async findActiveKey(hash: Buffer) {
-      const row = ready().findKey.get(hash);
-      return row && { id: Number(row.id), hash: row.hash };
+      return activeKeys.find(hash);
     },
 
     async listKeys() {
@@ -227,6 +229,7 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     },
 
     async revokeKey(id: number, at: Date) {
+      activeKeys.forget();
       return ready().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
     },
 
