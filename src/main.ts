@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import './heap.js';
 import { parseArgs } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, settings, type Config } from './config.js';
 import { createKeyCommand, listKeysCommand, revokeKeyCommand, type Output } from './keys/cli.js';

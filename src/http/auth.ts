@@ -46,6 +46,6 @@ export function authenticate(store: Store, limits: RateLimits) {
       throw (await limits.noteRefusedKey(request.ip)) ?? refuse('The API key is not valid or has been revoked.', true);
     }
     request.apiKeyId = key.id;
-    await limits.admitKey(key.id, reply);
+    if (limits.countsKeys) await limits.admitKey(key.id, reply);
   };
 }

@@ -40,6 +40,11 @@ export class RateLimits {
     this.#policy = `"default";q=${config.rateLimit};w=${config.rateLimitWindowSeconds}`;
   }
 
+  /** False when the per-key limit is off: then admitKey does nothing. */
+  get countsKeys(): boolean {
+    return this.#limit !== undefined;
+  }
+
   /** Counts a request by `apiKeyId`, sets the RateLimit fields on `reply`, and throws 429 past the limit. */
   async admitKey(apiKeyId: number, reply: FastifyReply): Promise<void> {
     if (this.#limit === undefined) return;

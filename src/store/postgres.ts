@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { rememberActiveKeys } from './key-memory.js';
 import { readMigrations } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
 import { countByStatus, toKey, toPet, type KeyRow, type PetRow } from './rows.js';
@@ -230,6 +231,12 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
     }
   }
 
+  // Most requests then cost no round trip for their key.
+  const activeKeys = rememberActiveKeys(async (hash) => {
+    const { rows } = await query<{ id: bigint; hash: Buffer }>('findKey', [hash]);
+    return rows[0] && { id: Number(rows[0].id), hash: rows[0].hash };
+  });
+
   // The newest window this instance has seen; when a newer one begins, older counts are deleted.
   let countersWindow = -Infinity;
 
@@ -350,8 +357,7 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
     },
 
     async findActiveKey(hash: Buffer) {
-      const { rows } = await query<{ id: bigint; hash: Buffer }>('findKey', [hash]);
-      return rows[0] && { id: Number(rows[0].id), hash: rows[0].hash };
+      return activeKeys.find(hash);
     },
 
     async listKeys() {
@@ -360,6 +366,7 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
     },
 
     async revokeKey(id: number, at: Date) {
+      activeKeys.forget();
       const { rowCount } = await query('revokeKey', [at, id]);
       return (rowCount ?? 0) > 0;
     },

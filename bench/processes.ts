@@ -1,0 +1,153 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export const ROOT = new URL('..', import.meta.url).pathname;
+const MAIN = `${ROOT}dist/main.js`;
+const hasTaskset = spawnSync('taskset', ['--version']).status === 0;
+
+/** The command that runs `argv` on CPU `cpu` when taskset exists (so wrk and the server never share a core). */
+export function pinned(cpu: number | undefined, argv: string[]): string[] {
+  return hasTaskset && cpu !== undefined ? ['taskset', '-c', String(cpu), ...argv] : argv;
+}
+
+export const pinning = () => hasTaskset;
+
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+export interface Running {
+  name: string;
+  port: number;
+  url: string;
+  child: ChildProcess;
+  output: () => string;
+  /** Peak resident set since the last resetPeak, in bytes (Linux VmHWM). */
+  peakRss: () => number | undefined;
+  resetPeak: () => void;
+  /** CPU time (user and system) the process has used so far, in microseconds. */
+  cpuMicros: () => number;
+  stop: () => Promise<void>;
+}
+
+async function waitUntilUp(url: string, child: ChildProcess, output: () => string) {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}:\n${output()}`);
+    try {
+      await fetch(url);
+      return;
+    } catch {
+      await sleep(100);
+    }
+  }
+  throw new Error(`did not answer at ${url} within 30 s:\n${output()}`);
+}
+
+// /proc/<pid>/stat counts in clock ticks of 1/100 s on Linux.
+const TICK_MICROS = 10_000;
+
+function readCpu(pid: number | undefined): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MICROS;
+  } catch {
+    return NaN;
+  }
+}
+
+function readPeak(pid: number | undefined): number | undefined {
+  try {
+    const kib = /VmHWM:\s+([0-9]+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+    return kib === undefined ? undefined : Number(kib) * 1024;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Starts `argv` with `env`, pinned to `cpu`, and resolves once `probe` (a path) answers. */
+export async function startProcess(
+  name: string,
+  argv: string[],
+  env: Record<string, string>,
+  { cpu, port, probe }: { cpu?: number; port: number; probe: string },
+): Promise<Running> {
+  const [command, ...args] = pinned(cpu, argv);
+  // taskset execs its command, so the pid is the server's own.
+  const child = spawn(command!, args, { env: { PATH: process.env.PATH ?? '', ...env }, stdio: 'pipe' });
+  let text = '';
+  child.stdout!.on('data', (chunk) => (text = (text + chunk).slice(-20_000)));
+  child.stderr!.on('data', (chunk) => (text = (text + chunk).slice(-20_000)));
+  const output = () => text;
+  const url = `http://127.0.0.1:${port}`;
+  await waitUntilUp(url + probe, child, output);
+  return {
+    name,
+    port,
+    url,
+    child,
+    output,
+    peakRss: () => readPeak(child.pid),
+    cpuMicros: () => readCpu(child.pid),
+    // Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS.
+    resetPeak: () => {
+      if (existsSync(`/proc/${child.pid}/clear_refs`)) writeFileSync(`/proc/${child.pid}/clear_refs`, '5');
+    },
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 12_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** The built service (`node dist/main.js serve`), rate limits off, warnings only. */
+export async function startService(
+  name: string,
+  env: Record<string, string>,
+  cpu: number | undefined,
+  nodeFlags: string[] = [],
+): Promise<Running> {
+  const port = await freePort();
+  return startProcess(
+    name,
+    ['node', ...nodeFlags, MAIN, 'serve'],
+    {
+      PORT: String(port),
+      PETSTORE_RATE_LIMIT: 'off',
+      PETSTORE_AUTH_FAILURE_LIMIT: 'off',
+      LOG_LEVEL: 'warn',
+      ...env,
+    },
+    { cpu, port, probe: '/healthz' },
+  );
+}
+
+export async function startBare(bodyFile: string, cpu: number | undefined): Promise<Running> {
+  const port = await freePort();
+  return startProcess(
+    'bare node:http',
+    ['node', `${ROOT}bench/bare.mjs`],
+    { PORT: String(port), BODY_FILE: bodyFile },
+    { cpu, port, probe: '/' },
+  );
+}
+
+/** Runs `petstore <args>` to completion and returns its standard output. */
+export function runPetstore(args: string[], env: Record<string, string>): string {
+  const result = spawnSync('node', [MAIN, ...args], {
+    env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'warn', ...env },
+    encoding: 'utf8',
+  });
+  if (result.status !== 0) throw new Error(`petstore ${args.join(' ')} failed:\n${result.stderr}`);
+  return result.stdout;
+}

@@ -1,0 +1,123 @@
+// `npm run bench:profile`: where the time goes. Runs the built service under `node --cpu-prof`
+// for one workload at a time (list, createPet) and prints the self time by function and by module.
+// Options: --duration 8 --workload list,create --postgres (on PostgreSQL instead of SQLite)
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { drive, type Load } from './load.js';
+import { startService } from './processes.js';
+import { seedPostgres, seedSqlite, type Seeded } from './seed.js';
+
+const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+const { values: options } = parseArgs({
+  options: {
+    duration: { type: 'string', default: '8' },
+    workload: { type: 'string', default: 'list,create' },
+    postgres: { type: 'boolean', default: false },
+  },
+});
+
+const LOADS: Record<string, Omit<Load, 'key'>> = {
+  list: { kind: 'get', path: '/v1/pets?limit=20' },
+  getPet: { kind: 'getPet', path: '/v1/pets/1', ids: [1, 10_000] },
+  create: { kind: 'create', path: '/v1/pets' },
+};
+
+/** The module a frame belongs to: a package name, a file of this service, or what V8 calls it. */
+function moduleOf(url: string, name: string): string {
+  if (!url) return name.startsWith('(') ? name : '(native)';
+  const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+  if (pkg) return pkg[1]!;
+  if (url.startsWith('node:')) return url;
+  const own = url.indexOf('/dist/');
+  return own >= 0 ? url.slice(own + 1) : url;
+}
+
+function summarise(profile: Profile, top = 25): string[] {
+  const self = new Map<number, number>();
+  profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const total = [...self.values()].reduce((a, b) => a + b, 0);
+  const byFunction = new Map<string, number>();
+  const byModule = new Map<string, number>();
+  for (const node of profile.nodes) {
+    const time = self.get(node.id) ?? 0;
+    const { functionName, url, lineNumber } = node.callFrame;
+    const module = moduleOf(url, functionName);
+    const name = `${functionName || '(anonymous)'} ${module}${url ? `:${lineNumber + 1}` : ''}`;
+    byFunction.set(name, (byFunction.get(name) ?? 0) + time);
+    byModule.set(module, (byModule.get(module) ?? 0) + time);
+  }
+  // Inclusive time: a sample counts once for every distinct function on its stack.
+  const parent = new Map<number, ProfileNode>();
+  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node);
+  const byId = new Map(profile.nodes.map((node) => [node.id, node]));
+  const inclusive = new Map<string, number>();
+  for (const [id, time] of self) {
+    const seen = new Set<string>();
+    for (let node = byId.get(id); node; node = parent.get(node.id)) {
+      const { functionName, url, lineNumber } = node.callFrame;
+      if (!url.includes('/dist/') && !url.includes('node_modules/fastify/')) continue;
+      seen.add(`${functionName || '(anonymous)'} ${moduleOf(url, functionName)}:${lineNumber + 1}`);
+    }
+    for (const name of seen) inclusive.set(name, (inclusive.get(name) ?? 0) + time);
+  }
+  const share = (time: number) => `${((100 * time) / total).toFixed(1).padStart(5)}%`;
+  const rank = (map: Map<string, number>, count = top) =>
+    [...map]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, count)
+      .map(([name, time]) => `${share(time)}  ${name}`);
+  return [
+    'self time by module:',
+    ...rank(byModule),
+    '',
+    'self time by function:',
+    ...rank(byFunction),
+    '',
+    'total time (self and callees) of the service and Fastify functions:',
+    ...rank(inclusive, 40),
+  ];
+}
+
+const temp = mkdtempSync(join(tmpdir(), 'petstore-profile-'));
+try {
+  for (const name of options.workload.split(',')) {
+    let drop = async () => {};
+    let seeded: Seeded;
+    if (options.postgres) {
+      const postgres = await seedPostgres(POSTGRES_URL, `petstore_profile_${process.pid}_${name}`, 10_000);
+      drop = postgres.drop;
+      seeded = postgres;
+    } else {
+      seeded = seedSqlite(join(temp, `${name}.db`), 10_000);
+    }
+    const dir = join(temp, name);
+    const service = await startService(name, seeded.env, 1, ['--cpu-prof', '--cpu-prof-dir', dir]);
+    try {
+      const sample = await drive({ ...LOADS[name]!, key: seeded.key }, [service.port], Number(options.duration));
+      const store = options.postgres ? 'PostgreSQL' : 'SQLite';
+      process.stdout.write(`\n## ${name} on ${store}: ${Math.round(sample.rps)} req/s under the profiler\n\n`);
+    } finally {
+      await service.stop();
+      await drop();
+    }
+    const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'))!;
+    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Profile;
+    process.stdout.write(summarise(profile).join('\n') + '\n');
+  }
+} finally {
+  rmSync(temp, { recursive: true, force: true });
+}

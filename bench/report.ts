@@ -1,0 +1,281 @@
+import { cpus } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { CONNECTIONS, type Sample } from './load.js';
+import { ROOT } from './processes.js';
+
+export interface Measured {
+  target: string;
+  store: 'bare' | 'SQLite' | 'PostgreSQL';
+  pets: number;
+  instances: number;
+  workload: string;
+  /** Each with the mean req/s of the bare GET samples just before and after it (none for the bare server's own). */
+  samples: (Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number })[];
+}
+
+export interface RunInfo {
+  command: string;
+  rounds: number;
+  seconds: number;
+  warmup: number;
+  loadGenerator: string;
+  pinned: boolean;
+  postgres: string;
+  nodeFlags: string[];
+  walEnd: { pets: number; bytes: number }[];
+  walMax: number;
+  storedAtEnd: { pets: number; stored: number }[];
+  bodyBytes: number;
+  startedAt: Date;
+  minutes: number;
+}
+
+interface Figures {
+  rps: number;
+  ratio: number;
+  p50Ms: number;
+  p99Ms: number;
+  peakRss: number | undefined;
+  failures: number;
+  /** Server CPU time per answer, µs. */
+  cpuMicros: number | undefined;
+}
+
+// Limits the issue sets, each checked against the same run's figures.
+export const TARGETS = {
+  list: 0.55,
+  create: 0.3,
+  tail: 5,
+  rssBytes: 100 * 1024 * 1024,
+  scale: 0.8,
+  walBytes: 16 << 20,
+};
+export const SUMMARY_START = '<!-- bench-summary:start -->';
+export const SUMMARY_END = '<!-- bench-summary:end -->';
+
+const LABELS: Record<string, string> = {
+  list: 'list, limit 20',
+  filtered: 'list, status filter',
+  deep: 'list, cursor near the end',
+  getPet: 'getPet, random id',
+  create: 'createPet',
+  mix: '90% list / 10% create',
+};
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+}
+
+/** The median of each sample's req/s divided by the mean of the bare GET samples around it. */
+const ratioOf = (measured: Measured, bareRps: number) =>
+  median(measured.samples.map((s) => s.rps / (s.bareRps ?? bareRps)));
+
+function summarise(measured: Measured, bareRps: number): Figures {
+  const rps = median(measured.samples.map((s) => s.rps));
+  const peaks = measured.samples.map((s) => s.peakRss).filter((p): p is number => p !== undefined);
+  const cpus = measured.samples.map((s) => s.cpuMicros).filter((c): c is number => c !== undefined);
+  return {
+    rps,
+    ratio: ratioOf(measured, bareRps),
+    p50Ms: median(measured.samples.map((s) => s.p50Ms)),
+    p99Ms: median(measured.samples.map((s) => s.p99Ms)),
+    peakRss: peaks.length ? Math.max(...peaks) : undefined,
+    cpuMicros: cpus.length ? median(cpus) : undefined,
+    failures: measured.samples.reduce((sum, s) => sum + s.failures, 0),
+  };
+}
+
+const int = (n: number) => Math.round(n).toLocaleString('en-US');
+const ms = (n: number) => (n < 10 ? n.toFixed(2) : n.toFixed(1));
+const mib = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / 1048576).toFixed(0)} MB`);
+const mark = (ok: boolean) => (ok ? 'met' : '**not met**');
+
+function table(rows: { label: string; figures: Figures }[]): string[] {
+  return [
+    '| workload | req/s | ÷ bare GET | p50 ms | p99 ms | p99 ÷ p50 | peak RSS | CPU µs per answer | failed |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...rows.map(
+      ({ label, figures: f }) =>
+        `| ${label} | ${int(f.rps)} | ${f.ratio.toFixed(2)} | ${ms(f.p50Ms)} | ${ms(f.p99Ms)} | ${(f.p99Ms / f.p50Ms).toFixed(1)} | ${mib(f.peakRss)} | ${f.cpuMicros === undefined ? 'n/a' : f.cpuMicros.toFixed(0)} | ${f.failures} |`,
+    ),
+  ];
+}
+
+/** Writes bench/results/latest.md and chart.svg, and the summary into README.md; returns the files written. */
+export function writeReport(measured: Measured[], info: RunInfo): string[] {
+  const bare = measured.find((m) => m.store === 'bare')!;
+  const bareRps = median(bare.samples.map((s) => s.rps));
+  const figures = (target: string, workload: string) => {
+    const found = measured.find((m) => m.target === target && m.workload === workload);
+    return found && summarise(found, bareRps);
+  };
+  const rowsOf = (target: string) =>
+    measured
+      .filter((m) => m.target === target)
+      .map((m) => ({
+        label: target === 'bare' ? 'bare node:http GET' : LABELS[m.workload]!,
+        figures: summarise(m, bareRps),
+      }));
+
+  const small = rowsOf('sqlite-10000');
+  const list = figures('sqlite-10000', 'list')!;
+  const create = figures('sqlite-10000', 'create')!;
+  const worstTail = Math.max(...small.map((r) => r.figures.p99Ms / r.figures.p50Ms));
+  const peakRss = Math.max(...small.map((r) => r.figures.peakRss ?? 0));
+  const larger = [...new Set(measured.filter((m) => m.store === 'SQLite' && m.pets > 10_000).map((m) => m.pets))];
+  const walEnd = Math.max(0, ...info.walEnd.map((w) => w.bytes));
+
+  const checks: string[] = [
+    `| GET list ÷ bare GET ≥ ${TARGETS.list} | ${list.ratio.toFixed(2)} | ${mark(list.ratio >= TARGETS.list)} |`,
+    `| POST ÷ bare GET ≥ ${TARGETS.create} (synchronous=FULL) | ${create.ratio.toFixed(2)} | ${mark(create.ratio >= TARGETS.create)} |`,
+    `| p99 ≤ ${TARGETS.tail}× p50 (worst SQLite workload) | ${worstTail.toFixed(1)}× | ${mark(worstTail <= TARGETS.tail)} |`,
+    `| peak RSS ≤ 100 MB | ${mib(peakRss)} | ${mark(peakRss <= TARGETS.rssBytes)} |`,
+    `| WAL bounded (≤ 16 MB at any point) | ${mib(info.walMax)} max, ${mib(walEnd)} at the end | ${mark(info.walMax <= TARGETS.walBytes)} |`,
+  ];
+  const scaleLines: string[] = [];
+  for (const pets of larger) {
+    scaleLines.push(
+      '',
+      `### SQLite, ${int(pets)} pets against 10,000 pets`,
+      '',
+      `| workload | 10,000: req/s (÷ bare GET) | ${int(pets)}: req/s (÷ bare GET) | ${int(pets)} ÷ 10,000 |`,
+      '|---|---:|---:|---:|',
+    );
+    for (const workload of ['list', 'filtered', 'deep', 'getPet']) {
+      const base = figures('sqlite-10000', workload)!;
+      const big = figures(`sqlite-${pets}`, workload)!;
+      // Ratios to bare GET, each from its own pairs: the machine's load cancels out.
+      const ratio = big.ratio / base.ratio;
+      scaleLines.push(
+        `| ${LABELS[workload]} | ${int(base.rps)} (${base.ratio.toFixed(2)}) | ${int(big.rps)} (${big.ratio.toFixed(2)}) | ${ratio.toFixed(2)} |`,
+      );
+      checks.push(
+        `| ${LABELS[workload]} at ${int(pets)} pets ≥ 0.8× its 10,000 figure | ${ratio.toFixed(2)} | ${mark(ratio >= TARGETS.scale)} |`,
+      );
+    }
+    scaleLines.push('', ...table(rowsOf(`sqlite-${pets}`)));
+  }
+
+  const summary = [
+    SUMMARY_START,
+    `SQLite, 10,000 pets, ${CONNECTIONS} connections, ${info.rounds} interleaved ${info.seconds} s rounds (medians); rate limits off.`,
+    '',
+    ...table([...rowsOf('bare'), ...small]),
+    '',
+    '| target | measured | |',
+    '|---|---:|---|',
+    ...checks,
+    SUMMARY_END,
+  ];
+
+  const postgresLines: string[] = [];
+  for (const [target, title] of [
+    ['pg-1', 'one instance'],
+    ['pg-2', 'two instances sharing the database'],
+  ] as const) {
+    const rows = rowsOf(target);
+    if (rows.length) postgresLines.push('', `### PostgreSQL, 10,000 pets, ${title}`, '', ...table(rows));
+  }
+
+  const cpu = cpus();
+  const lines = [
+    '# Benchmark: latest run',
+    '',
+    `Written by \`${info.command}\` on ${info.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC in ${info.minutes.toFixed(1)} minutes.`,
+    '',
+    `- Machine: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; shared, so absolute figures are noisy: read the ratios.`,
+    `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload of every server for ${info.seconds} s between samples of ${info.seconds} s of the bare server; medians shown.`,
+    '- **Rate limits were off** for the run (`PETSTORE_RATE_LIMIT=off`, `PETSTORE_AUTH_FAILURE_LIMIT=off`); everything else as shipped: API key checked on every request, validation, int64-exact JSON, `Link` headers, `synchronous=FULL`, `LOG_LEVEL=warn`.',
+    `- Service started as \`node ${[...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? '' : ' (no node flags; src/heap.ts keeps the young generation small)'}.`,
+    `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by the mean of the bare GET samples just before and just after it (bare GET median: ${int(bareRps)} req/s).`,
+    '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds. "CPU µs per answer": the server process\'s user and system CPU time during the sample divided by the answers it sent (median), from `/proc/<pid>/stat`; it includes the kernel\'s loopback TCP work, and is the figure the machine\'s other load moves least.',
+    `- Stores at the end: ${info.storedAtEnd.map((s) => `${int(s.stored)} pets in the store seeded with ${int(s.pets)}`).join('; ')} (createPet and the mix add to the 10,000 store in each round). WAL file at the end: ${info.walEnd.map((w) => `${mib(w.bytes)} (${int(w.pets)})`).join(', ')}; largest seen after any workload: ${mib(info.walMax)}.`,
+    `- PostgreSQL: ${info.postgres}.`,
+    '',
+    '## Summary',
+    '',
+    ...summary,
+    ...scaleLines,
+    ...postgresLines,
+    '',
+    '![Throughput as a share of bare node:http GET](chart.svg)',
+    '',
+  ];
+  const dir = `${ROOT}bench/results/`;
+  writeFileSync(`${dir}latest.md`, lines.join('\n'));
+  writeFileSync(`${dir}chart.svg`, drawChart(measured, bareRps));
+
+  const readmePath = `${ROOT}README.md`;
+  const readme = readFileSync(readmePath, 'utf8');
+  const start = readme.indexOf(SUMMARY_START);
+  const end = readme.indexOf(SUMMARY_END);
+  const written = [`${dir}latest.md`, `${dir}chart.svg`];
+  if (start >= 0 && end > start) {
+    writeFileSync(readmePath, readme.slice(0, start) + summary.join('\n') + readme.slice(end + SUMMARY_END.length));
+    written.push(readmePath);
+  }
+  return written;
+}
+
+const escape = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+
+/** Horizontal bars: each workload's req/s as a share of bare GET, one bar per store. */
+function drawChart(measured: Measured[], bareRps: number): string {
+  const series = [
+    { target: 'sqlite-10000', label: 'SQLite, 10,000 pets', color: '#2f6fb3' },
+    ...[...new Set(measured.filter((m) => m.store === 'SQLite' && m.pets > 10_000).map((m) => m.pets))].map((pets) => ({
+      target: `sqlite-${pets}`,
+      label: `SQLite, ${int(pets)} pets`,
+      color: '#7fb0e0',
+    })),
+    { target: 'pg-1', label: 'PostgreSQL, one instance', color: '#d08a2e' },
+  ].filter((s) => measured.some((m) => m.target === s.target));
+  const workloads = ['list', 'filtered', 'deep', 'getPet', 'create', 'mix'];
+  const bar = 14;
+  const groupHeight = series.length * bar + 12;
+  const left = 190;
+  const width = 760;
+  const plot = width - left - 60;
+  const top = 60;
+  const height = top + workloads.length * groupHeight + 40;
+  const x = (ratio: number) => left + Math.min(ratio, 1.1) * (plot / 1.1);
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${width}" height="${height}" fill="#fff"/>`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">Throughput as a share of bare node:http GET (${int(bareRps)} req/s, same run)</text>`,
+    ...series.map(
+      (s, i) =>
+        `<rect x="${10 + i * 220}" y="32" width="12" height="12" fill="${s.color}"/><text x="${26 + i * 220}" y="42">${escape(s.label)}</text>`,
+    ),
+  ];
+  for (const [ratio, label] of [
+    [TARGETS.create, 'POST target 0.30'],
+    [TARGETS.list, 'GET target 0.55'],
+    [1, 'bare GET'],
+  ] as const) {
+    parts.push(
+      `<line x1="${x(ratio)}" y1="${top - 6}" x2="${x(ratio)}" y2="${height - 30}" stroke="#999" stroke-dasharray="4 3"/>`,
+      `<text x="${x(ratio)}" y="${height - 16}" text-anchor="middle" fill="#555">${label}</text>`,
+    );
+  }
+  workloads.forEach((workload, g) => {
+    const y0 = top + g * groupHeight;
+    parts.push(
+      `<text x="${left - 8}" y="${y0 + (series.length * bar) / 2 + 4}" text-anchor="end">${escape(LABELS[workload]!)}</text>`,
+    );
+    series.forEach((s, i) => {
+      const found = measured.find((m) => m.target === s.target && m.workload === workload);
+      if (!found) return;
+      const ratio = ratioOf(found, bareRps);
+      const y = y0 + i * bar;
+      parts.push(
+        `<rect x="${left}" y="${y}" width="${(x(ratio) - left).toFixed(1)}" height="${bar - 2}" fill="${s.color}"/>`,
+        `<text x="${(x(ratio) + 4).toFixed(1)}" y="${y + bar - 4}">${ratio.toFixed(2)}</text>`,
+      );
+    });
+  });
+  parts.push('</svg>', '');
+  return parts.join('\n');
+}

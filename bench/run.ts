@@ -1,0 +1,256 @@
+// `npm run bench`: the built service against a bare node:http server, in interleaved rounds.
+// Options: --pets 10000[,1000000] --rounds 3 --duration 5 --warmup 1 --quick --postgres / --no-postgres
+// --node-options '<flags for the service>'
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import Database from 'better-sqlite3';
+import { encodeCursor } from '../src/pets/cursor.js';
+import { drive, hasWrk, type Load, type Sample } from './load.js';
+import { pinning, startBare, startService, type Running } from './processes.js';
+import { writeReport, type Measured, type RunInfo } from './report.js';
+import { reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
+
+const SERVER_CPU = 1;
+const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
+
+const { values: options } = parseArgs({
+  options: {
+    pets: { type: 'string', default: '10000' },
+    rounds: { type: 'string' },
+    duration: { type: 'string' },
+    warmup: { type: 'string' },
+    quick: { type: 'boolean', default: false },
+    postgres: { type: 'boolean' },
+    'no-postgres': { type: 'boolean', default: false },
+    // Flags for the service's node, e.g. --node-options=--max-semi-space-size=4; none by default.
+    'node-options': { type: 'string', default: '' },
+  },
+});
+const quick = options.quick;
+const nodeFlags = options['node-options'].split(' ').filter(Boolean);
+const rounds = Number(options.rounds ?? (quick ? 1 : 3));
+const seconds = Number(options.duration ?? (quick ? 2 : 5));
+const warmup = Number(options.warmup ?? 1);
+// The 10,000-pet store is always measured: larger ones are compared with it.
+const petCounts = [...new Set([10_000, ...options.pets.split(',').map(Number)])].sort((a, b) => a - b);
+if (petCounts.some((n) => !Number.isInteger(n) || n < 100) || ![rounds, seconds, warmup].every((n) => n > 0)) {
+  throw new Error('--pets takes whole numbers of at least 100; --rounds, --duration and --warmup positive numbers');
+}
+
+export type WorkloadName = 'list' | 'filtered' | 'deep' | 'getPet' | 'create' | 'mix';
+
+function workload(name: WorkloadName, pets: number, key: string): Load {
+  switch (name) {
+    case 'list':
+      return { kind: 'get', path: '/v1/pets?limit=20', key };
+    case 'filtered':
+      return { kind: 'get', path: '/v1/pets?limit=20&status=pending', key };
+    case 'deep':
+      return {
+        kind: 'get',
+        path: `/v1/pets?limit=20&cursor=${encodeCursor({ afterId: BigInt(pets - 50), status: undefined })}`,
+        key,
+      };
+    case 'getPet':
+      return { kind: 'getPet', path: '/v1/pets/1', ids: [1, pets], key };
+    case 'create':
+      return { kind: 'create', path: '/v1/pets', key };
+    case 'mix':
+      return { kind: 'mix', path: '/v1/pets?limit=20', key };
+  }
+}
+
+const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'getPet'];
+// Reads first in a round: the writes grow the store the next round reads.
+const ALL: WorkloadName[] = [...READS, 'create', 'mix'];
+
+interface Target {
+  id: string;
+  store: 'bare' | 'SQLite' | 'PostgreSQL';
+  pets: number;
+  instances: Running[];
+  workloads: WorkloadName[];
+  seeded?: Seeded;
+  walFile?: string;
+}
+
+const temp = mkdtempSync(join(tmpdir(), 'petstore-bench-'));
+const targets: Target[] = [];
+const cleanups: (() => Promise<void>)[] = [];
+const started = Date.now();
+const log = (line: string) => process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${line}\n`);
+
+async function main() {
+  log(
+    `load from ${hasWrk() ? 'wrk' : 'autocannon (wrk not found)'}; ${pinning() ? 'pinned with taskset' : 'no taskset'}`,
+  );
+  for (const pets of petCounts) {
+    log(`seeding SQLite with ${pets} pets`);
+    const path = join(temp, `pets-${pets}.db`);
+    const seeded = seedSqlite(path, pets);
+    const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU, nodeFlags);
+    cleanups.push(service.stop);
+    targets.push({
+      id: `sqlite-${pets}`,
+      store: 'SQLite',
+      pets,
+      instances: [service],
+      workloads: pets === 10_000 ? ALL : READS,
+      seeded,
+      walFile: `${path}-wal`,
+    });
+  }
+
+  const wantPostgres = options.postgres ?? !options['no-postgres'];
+  let postgres = 'not measured (--no-postgres)';
+  if (wantPostgres && (await reachable(POSTGRES_URL))) {
+    log('seeding PostgreSQL with 10000 pets');
+    const seeded = await seedPostgres(POSTGRES_URL, `petstore_bench_${process.pid}`, 10_000);
+    cleanups.push(seeded.drop);
+    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, nodeFlags);
+    cleanups.unshift(one.stop);
+    targets.push({ id: 'pg-1', store: 'PostgreSQL', pets: 10_000, instances: [one], workloads: ALL, seeded });
+    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, nodeFlags);
+    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, nodeFlags);
+    cleanups.unshift(a.stop, b.stop);
+    targets.push({
+      id: 'pg-2',
+      store: 'PostgreSQL',
+      pets: 10_000,
+      instances: [a, b],
+      workloads: ['list', 'create'],
+      seeded,
+    });
+    postgres = `${POSTGRES_URL.replace(/\/\/[^@]*@/, '//')}`;
+  } else if (wantPostgres) {
+    if (options.postgres) throw new Error(`PostgreSQL not reachable at ${POSTGRES_URL}`);
+    postgres = `not reachable at ${POSTGRES_URL.replace(/\/\/[^@]*@/, '//')}: skipped`;
+  }
+
+  // The bare server answers with the very bytes of a list page, so both send the same body size.
+  const sqlite10k = targets[0]!;
+  const page = await fetch(`${sqlite10k.instances[0]!.url}/v1/pets?limit=20`, {
+    headers: { authorization: `Bearer ${sqlite10k.seeded!.key}` },
+  });
+  const body = Buffer.from(await page.arrayBuffer());
+  if (page.status !== 200) throw new Error(`the service answered ${page.status} to the first list: ${body}`);
+  const bodyFile = join(temp, 'page.json');
+  writeFileSync(bodyFile, body);
+  const bare = await startBare(bodyFile, SERVER_CPU);
+  cleanups.unshift(bare.stop);
+  targets.unshift({ id: 'bare', store: 'bare', pets: 0, instances: [bare], workloads: ['list'] });
+
+  const measure = async (
+    target: Target,
+    name: WorkloadName,
+    duration: number,
+  ): Promise<Sample & { peakRss?: number; cpuMicros?: number }> => {
+    const load = workload(name, target.pets, target.seeded?.key ?? '');
+    for (const instance of target.instances) instance.resetPeak();
+    const cpuBefore = target.instances.reduce((sum, instance) => sum + instance.cpuMicros(), 0);
+    const sample = await drive(
+      load,
+      target.instances.map((instance) => instance.port),
+      duration,
+    );
+    const cpu = target.instances.reduce((sum, instance) => sum + instance.cpuMicros(), 0) - cpuBefore;
+    const peaks = target.instances.map((instance) => instance.peakRss() ?? 0);
+    // The server's own CPU time per answer: what the shared machine's load does not change much.
+    const cpuMicros = Number.isFinite(cpu) && sample.rps > 0 ? cpu / (sample.rps * duration) : undefined;
+    return { ...sample, peakRss: Math.max(...peaks) || undefined, cpuMicros };
+  };
+
+  log(`warm-up, ${warmup} s per workload`);
+  for (const target of targets) for (const name of target.workloads) await measure(target, name, warmup);
+
+  // Every sample sits between two of the bare server: the ratio to their mean holds however
+  // busy the machine is at that moment.
+  type Measurement = Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number };
+  const samples = new Map<string, Measurement[]>();
+  const add = (key: string, sample: Measurement) => samples.set(key, [...(samples.get(key) ?? []), sample]);
+  const walSizes: number[] = [];
+  const bareTarget = targets[0]!;
+  let waiting: Measurement | undefined;
+  const addBare = (bareSample: Measurement) => {
+    add('bare|list', bareSample);
+    if (waiting) waiting.bareRps = (waiting.bareRps! + bareSample.rps) / 2;
+    waiting = undefined;
+  };
+  for (let round = 1; round <= rounds; round++) {
+    for (const target of targets.slice(1)) {
+      for (const name of target.workloads) {
+        log(`round ${round}/${rounds}: ${target.id} ${name}`);
+        const bareSample = await measure(bareTarget, 'list', seconds);
+        addBare(bareSample);
+        waiting = { ...(await measure(target, name, seconds)), bareRps: bareSample.rps };
+        add(`${target.id}|${name}`, waiting);
+        if (target.walFile) walSizes.push(walSize(target.walFile));
+      }
+    }
+  }
+  addBare(await measure(bareTarget, 'list', seconds));
+
+  const measured: Measured[] = [];
+  for (const target of targets) {
+    for (const name of target.workloads) {
+      measured.push({
+        target: target.id,
+        store: target.store,
+        pets: target.pets,
+        instances: target.instances.length,
+        workload: name,
+        samples: samples.get(`${target.id}|${name}`)!,
+      });
+    }
+  }
+  const sqliteTargets = targets.filter((target) => target.store === 'SQLite');
+  const info: RunInfo = {
+    command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim().replace(/ --$/, ''),
+    rounds,
+    seconds,
+    warmup,
+    loadGenerator: hasWrk() ? 'wrk' : 'autocannon',
+    pinned: pinning(),
+    postgres,
+    nodeFlags,
+    walEnd: sqliteTargets.map((target) => ({ pets: target.pets, bytes: walSize(target.walFile!) })),
+    walMax: Math.max(0, ...walSizes),
+    storedAtEnd: sqliteTargets.map((target) => ({ pets: target.pets, stored: countStored(target) })),
+    bodyBytes: body.length,
+    startedAt: new Date(started),
+    minutes: (Date.now() - started) / 60_000,
+  };
+  for (const target of targets) {
+    for (const instance of target.instances) {
+      if (instance.child.exitCode !== null) throw new Error(`${instance.name} exited:\n${instance.output()}`);
+    }
+  }
+  const files = writeReport(measured, info);
+  log(`wrote ${files.join(', ')}`);
+}
+
+function walSize(file: string): number {
+  try {
+    return statSync(file).size;
+  } catch {
+    return 0;
+  }
+}
+
+function countStored(target: Target): number {
+  const db = new Database(target.walFile!.replace(/-wal$/, ''), { readonly: true });
+  try {
+    return Number(db.prepare('SELECT count(*) FROM pets').pluck().get());
+  } finally {
+    db.close();
+  }
+}
+
+try {
+  await main();
+} finally {
+  for (const cleanup of cleanups) await cleanup().catch((error: Error) => log(`cleanup: ${error.message}`));
+  rmSync(temp, { recursive: true, force: true });
+}

@@ -1,0 +1,71 @@
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import { runPetstore } from './processes.js';
+
+export interface Seeded {
+  /** The environment that points `petstore` at the database. */
+  env: Record<string, string>;
+  key: string;
+  /** Ids 1..pets are stored. */
+  pets: number;
+}
+
+// Statuses cycle available, pending, sold: a status filter matches every third animal.
+const STATUS_OF_I = "CASE i % 3 WHEN 0 THEN 'sold' WHEN 1 THEN 'available' ELSE 'pending' END";
+
+function issueKey(env: Record<string, string>): string {
+  const { key } = JSON.parse(runPetstore(['keys', 'create', '--name', 'bench', '--json'], env)) as { key: string };
+  return key;
+}
+
+/** Migrates a new SQLite file with the service's own command, then fills it with `pets` animals in one statement. */
+export function seedSqlite(path: string, pets: number): Seeded {
+  const env = { PETSTORE_DB: path };
+  runPetstore(['migrate'], env);
+  const db = new Database(path);
+  db.exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${pets})
+    INSERT INTO pets (name, category_id, status) SELECT 'Pet ' || i, i % 50, ${STATUS_OF_I} FROM n`);
+  db.pragma('wal_checkpoint(TRUNCATE)');
+  db.close();
+  return { env, key: issueKey(env), pets };
+}
+
+async function adminQuery(url: string, sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
+  client.on('error', () => {});
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Whether PostgreSQL answers at `url`. */
+export async function reachable(url: string): Promise<boolean> {
+  try {
+    await adminQuery(url, 'SELECT 1');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A new schema at `url` holding `pets` animals; `drop` removes it. */
+export async function seedPostgres(
+  url: string,
+  schema: string,
+  pets: number,
+): Promise<Seeded & { drop: () => Promise<void> }> {
+  await adminQuery(url, `CREATE SCHEMA ${schema}`);
+  const inSchema = new URL(url);
+  inSchema.searchParams.set('options', `-c search_path=${schema}`);
+  const env = { DATABASE_URL: inSchema.href };
+  runPetstore(['migrate'], env);
+  await adminQuery(
+    inSchema.href,
+    `INSERT INTO pets (name, category_id, status) SELECT 'Pet ' || i, i % 50, ${STATUS_OF_I} FROM generate_series(1, ${pets}) AS i;
+     ANALYZE pets`,
+  );
+  return { env, key: issueKey(env), pets, drop: () => adminQuery(url, `DROP SCHEMA IF EXISTS ${schema} CASCADE`) };
+}

@@ -1,0 +1,40 @@
+export interface ActiveKey {
+  id: number;
+  hash: Buffer;
+}
+
+// CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
+// remembered for half that, so most requests cost no database work for their key.
+const KEY_MEMORY_MS = 500;
+const KEYS_REMEMBERED = 1000;
+
+/**
+ * `find` (the store's lookup of an active key by hash) with a short memory of the keys it
+ * found. Revocations made through this store take effect at once (`forget`); those made
+ * elsewhere (another instance, the keys command) within KEY_MEMORY_MS.
+ *
+ * @example
+ * const keys = rememberActiveKeys((hash) => lookUp(hash));
+ * await keys.find(hash); // the database
+ * await keys.find(hash); // memory, for the next 500 ms
+ */
+export function rememberActiveKeys(find: (hash: Buffer) => Promise<ActiveKey | undefined> | ActiveKey | undefined) {
+  let remembered = new Map<string, { key: ActiveKey; until: number }>();
+  return {
+    async find(hash: Buffer): Promise<ActiveKey | undefined> {
+      const name = hash.toString('latin1');
+      // Taken before the lookup: a revocation the lookup missed is at most KEY_MEMORY_MS old then.
+      const now = Date.now();
+      const known = remembered.get(name);
+      if (known && known.until > now) return known.key;
+      const key = await find(hash);
+      if (!key) return undefined;
+      if (remembered.size >= KEYS_REMEMBERED) remembered = new Map();
+      remembered.set(name, { key, until: now + KEY_MEMORY_MS });
+      return key;
+    },
+    forget(): void {
+      remembered = new Map();
+    },
+  };
+}

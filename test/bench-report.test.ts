@@ -1,0 +1,41 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import { parseWrk } from '../bench/load.js';
+import { SUMMARY_END, SUMMARY_START } from '../bench/report.js';
+
+const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
+
+function summaryOf(text: string, where: string): string {
+  const start = text.indexOf(SUMMARY_START);
+  const end = text.indexOf(SUMMARY_END);
+  assert.ok(start >= 0 && end > start, `${where} holds the benchmark summary between its markers`);
+  return text.slice(start, end);
+}
+
+test('the README shows the figures of the latest benchmark report, unchanged', () => {
+  const report = read('bench/results/latest.md');
+  assert.equal(summaryOf(read('README.md'), 'README.md'), summaryOf(report, 'bench/results/latest.md'));
+  assert.match(report, /Rate limits were off/);
+  assert.ok(read('README.md').includes('bench/results/chart.svg'), 'the README shows the chart');
+  assert.match(read('bench/results/chart.svg'), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+});
+
+test('reads req/s, p50, p99 and failures from wrk --latency output', () => {
+  const output = `Running 5s test @ http://127.0.0.1:8080/v1/pets
+  1 threads and 50 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     2.10ms  500.00us  40.00ms   90.00%
+  Latency Distribution
+     50%  850.00us
+     75%    2.00ms
+     90%    3.00ms
+     99%    1.20s
+  50000 requests in 5.00s, 60.00MB read
+  Socket errors: connect 0, read 2, write 0, timeout 3
+  Non-2xx or 3xx responses: 7
+Requests/sec:  10000.50
+Transfer/sec:     12.00MB
+`;
+  assert.deepEqual(parseWrk(output), { rps: 10000.5, p50Ms: 0.85, p99Ms: 1200, failures: 12 });
+});

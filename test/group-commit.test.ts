@@ -1,0 +1,86 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import Database from 'better-sqlite3';
+import { groupCommits } from '../src/store/group-commit.js';
+import type { PetStatus } from '../src/schemas.js';
+import { startApp, tempSqliteStore } from './helpers.js';
+
+/** WAL frames not yet checkpointed: each commit appends at least one. */
+function walFrames(db: Database.Database): number {
+  const [result] = db.pragma('wal_checkpoint(PASSIVE)') as { log: number }[];
+  return result!.log;
+}
+
+test('creates made at the same moment share one transaction and each get their own durable id', async (t) => {
+  const { store, path } = await tempSqliteStore(t);
+  // Not read-only: reading the WAL's frame count takes a (passive) checkpoint.
+  const observer = new Database(path);
+  t.after(() => observer.close());
+  const pets = Array.from({ length: 200 }, (_, i) => ({
+    name: `Pet ${i}`,
+    categoryId: 2n ** 62n + BigInt(i),
+    status: 'pending' as const,
+  }));
+  const created = await Promise.all(pets.map((pet) => store.createPet(pet)));
+  assert.equal(new Set(created.map((pet) => pet.id)).size, 200, 'distinct ids');
+  created.forEach((pet, i) => assert.deepEqual({ ...pet, id: undefined }, { ...pets[i], id: undefined }));
+  // Another connection reads every one of them, as answered.
+  const rows = observer
+    .prepare('SELECT id, name, category_id AS categoryId, status FROM pets ORDER BY id')
+    .safeIntegers(true)
+    .all();
+  assert.deepEqual(rows, created);
+  // 200 separate commits would have appended 200 frames or more to the WAL.
+  const frames = walFrames(observer);
+  assert.ok(frames < 20, `${frames} WAL frames for 200 creates`);
+});
+
+test('a create that fails in a group fails alone; the others are stored', async (t) => {
+  const { store, path } = await tempSqliteStore(t);
+  const good = { name: 'Rex', categoryId: 7n, status: 'available' as const };
+  // Refused by the table's CHECK constraint, inside the same group as the others.
+  const bad = { name: 'Ghost', categoryId: 7n, status: 'lost' as PetStatus };
+  const outcomes = await Promise.allSettled([store.createPet(good), store.createPet(bad), store.createPet(good)]);
+  assert.deepEqual(
+    outcomes.map((outcome) => outcome.status),
+    ['fulfilled', 'rejected', 'fulfilled'],
+  );
+  const db = new Database(path, { readonly: true });
+  t.after(() => db.close());
+  assert.deepEqual(db.prepare('SELECT name FROM pets ORDER BY id').pluck().all(), ['Rex', 'Rex']);
+});
+
+test('a failed commit fails every create in its group and stores none of them', async () => {
+  const db = new Database(':memory:');
+  db.exec(`PRAGMA foreign_keys = ON;
+    CREATE TABLE parents (id INTEGER PRIMARY KEY);
+    CREATE TABLE items (parent INTEGER REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)`);
+  const insert = db.prepare('INSERT INTO items (parent) VALUES (?)');
+  // A deferred foreign key is checked at COMMIT: one missing parent makes the COMMIT fail.
+  const group = groupCommits(db, (parent: number) => insert.run(parent).changes);
+  db.prepare('INSERT INTO parents (id) VALUES (1)').run();
+  const outcomes = await Promise.allSettled([group.call(1), group.call(2), group.call(1)]);
+  assert.deepEqual(
+    outcomes.map((outcome) => outcome.status),
+    ['rejected', 'rejected', 'rejected'],
+  );
+  assert.equal(db.prepare('SELECT count(*) FROM items').pluck().get(), 0);
+  assert.equal(await group.call(1), 1, 'the next group commits again');
+  db.close();
+});
+
+test('concurrent POSTs each get a 201 with their own id, and each Location serves what was answered', async (t) => {
+  const { call } = await startApp(t);
+  const responses = await Promise.all(
+    Array.from({ length: 50 }, (_, i) =>
+      call({ method: 'POST', url: '/v1/pets', payload: { name: `Dog ${i}`, categoryId: 7 } }),
+    ),
+  );
+  assert.deepEqual(new Set(responses.map((r) => r.statusCode)), new Set([201]));
+  const ids = new Set(responses.map((r) => r.json<{ id: number }>().id));
+  assert.equal(ids.size, 50);
+  for (const response of responses) {
+    const fetched = await call({ method: 'GET', url: response.headers.location as string });
+    assert.equal(fetched.body, response.body);
+  }
+});
