@@ -2,7 +2,17 @@ import pg from 'pg';
 import { rememberActiveKeys } from './key-memory.js';
 import { readMigrations } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
-import { countByStatus, toKey, toPet, type KeyRow, type PetRow } from './rows.js';
+import {
+  countByStatus,
+  EXPIRED_PER_CREATE,
+  idempotencyValues,
+  replayFor,
+  toKey,
+  toPet,
+  type IdempotencyRow,
+  type KeyRow,
+  type PetRow,
+} from './rows.js';
 import {
   StoreUnavailableError,
   type IdempotencyClaim,
@@ -14,17 +24,6 @@ import {
   type Store,
   type StoredResponse,
 } from './store.js';
-
-interface IdempotencyRow {
-  fingerprint: Buffer;
-  response_status: number;
-  response_body: string;
-  response_location: string;
-  expires_at: bigint;
-}
-
-// Expired idempotency keys deleted per create that uses a key: cleanup without a separate job.
-const EXPIRED_PER_CREATE = 100;
 
 export interface PostgresOptions {
   /** Most connections this store opens at once. */
@@ -308,28 +307,12 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
         // READ COMMITTED: this statement sees what a request that held the lock before us committed.
         const { rows } = await query<IdempotencyRow>('findIdempotency', [claim.apiKeyId, claim.key], client);
         const row = rows[0];
-        if (row && row.expires_at > claim.now) {
-          if (!row.fingerprint.equals(claim.fingerprint)) return { kind: 'mismatch' };
-          const response = { status: row.response_status, body: row.response_body, location: row.response_location };
-          return { kind: 'replayed', response };
-        }
+        const replay = replayFor(row, claim);
+        if (replay) return replay;
         if (row) await query('deleteIdempotency', [claim.apiKeyId, claim.key], client);
         const { rows: created } = await query<PetRow>('insertPet', [pet.name, pet.categoryId, pet.status], client);
         const response = respond(toPet(created[0]!));
-        await query(
-          'insertIdempotency',
-          [
-            claim.apiKeyId,
-            claim.key,
-            claim.fingerprint,
-            response.status,
-            response.body,
-            response.location,
-            claim.now,
-            claim.expiresAt,
-          ],
-          client,
-        );
+        await query('insertIdempotency', [claim.apiKeyId, ...idempotencyValues(claim, response)], client);
         return { kind: 'created', response };
       });
     },

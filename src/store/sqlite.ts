@@ -6,7 +6,15 @@ import { groupCommits } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { readMigrations } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
-import { countByStatus, toKey, type KeyRow } from './rows.js';
+import {
+  countByStatus,
+  EXPIRED_PER_CREATE,
+  idempotencyValues,
+  replayFor,
+  toKey,
+  type IdempotencyRow,
+  type KeyRow,
+} from './rows.js';
 import {
   StoreUnavailableError,
   type IdempotencyClaim,
@@ -19,21 +27,10 @@ import {
   type StoredResponse,
 } from './store.js';
 
-interface IdempotencyRow {
-  fingerprint: Buffer;
-  response_status: bigint;
-  response_body: string;
-  response_location: string;
-  expires_at: bigint;
-}
-
 /** A `pets` row read in raw mode (an array: no object per row to build): id, name, category_id, status. */
 type PetTuple = [bigint, string, bigint, PetRecord['status']];
 
 const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], categoryId: row[2], status: row[3] });
-
-// Expired idempotency keys deleted per create that uses a key: cleanup without a separate job.
-const EXPIRED_PER_CREATE = 100;
 
 /**
  * Every method of `store`, with SQLITE_BUSY (still locked by another process after busy_timeout)
@@ -184,28 +181,12 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
         .transaction((): OnceOutcome => {
           s.deleteExpiredIdempotency.run(claim.now);
           const row = s.findIdempotency.get(apiKeyId, claim.key);
-          if (row && row.expires_at > claim.now) {
-            if (!row.fingerprint.equals(claim.fingerprint)) return { kind: 'mismatch' };
-            const response = {
-              status: Number(row.response_status),
-              body: row.response_body,
-              location: row.response_location,
-            };
-            return { kind: 'replayed', response };
-          }
+          const replay = replayFor(row, claim);
+          if (replay) return replay;
           if (row) s.deleteIdempotency.run(apiKeyId, claim.key);
           const { lastInsertRowid } = s.insertPet.run(pet.name, pet.categoryId, pet.status);
           const response = respond({ id: BigInt(lastInsertRowid), ...pet });
-          s.insertIdempotency.run(
-            apiKeyId,
-            claim.key,
-            claim.fingerprint,
-            response.status,
-            response.body,
-            response.location,
-            claim.now,
-            claim.expiresAt,
-          );
+          s.insertIdempotency.run(apiKeyId, ...idempotencyValues(claim, response));
           return { kind: 'created', response };
         })
         .immediate();
