@@ -133,6 +133,8 @@ export const CreatePetHeaders = Type.Object({
     Type.String({
       minLength: 1,
       maxLength: 257,
+      // Visible ASCII only: the bare key and the quoted sf-string are both written in it.
+      pattern: '^[!-~]+$',
       description:
         'Idempotency-Key must be 1 to 255 visible ASCII characters, bare (abc-123) or as a quoted string ("abc-123"); retries of one request send the same key.',
     }),
