@@ -1,5 +1,5 @@
 import { execFile, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -31,6 +31,7 @@ export const hasWrk = () =>
   process.env.PETSTORE_BENCH_LOAD !== 'autocannon' && spawnSync('wrk', ['--version']).error === undefined;
 
 const scripts = mkdtempSync(join(tmpdir(), 'petstore-bench-lua-'));
+process.on('exit', () => rmSync(scripts, { recursive: true, force: true }));
 const lua = (name: string) => readFileSync(`${ROOT}bench/lua/${name}.lua`, 'utf8');
 
 /** One wrk script for `load` on `ports`: globals the scripts read, then the workload, then the spreading. */
