@@ -69,28 +69,17 @@ test('SIGTERM lets an in-flight request finish, refuses new connections and exit
   const { port } = new URL(server.url);
 
   // A create whose body is still arriving when the signal comes.
-  const body = '{"name":"Late","categoryId":7}';
-  const socket = connect(Number(port), '127.0.0.1');
-  await new Promise((resolve) => socket.once('connect', resolve));
-  let answer = '';
-  socket.on('data', (chunk) => (answer += chunk));
-  const closed = new Promise((resolve) => socket.once('close', resolve));
-  socket.write(
-    `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n` +
-      `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n` +
-      body.slice(0, 10),
-  );
+  const late = await startSlowCreate(Number(port), key, 'Late');
   await fetch(`${server.url}/healthz`); // the request above is now being read
   server.child.kill('SIGTERM');
   await server.waitForOutput(/"msg":"draining"/);
 
   // The listener closes just after "draining" is logged: probe until refused, bounded.
   const refused = await probeUntilRefused(Number(port));
-  socket.end(body.slice(10));
-  await closed;
+  const answer = await late.finish();
 
   assert.match(answer, /^HTTP\/1\.1 201 Created\r\n/);
-  assert.ok(answer.endsWith('{"id":1,"name":"Late","categoryId":7,"status":"available"}'), answer);
+  assert.ok(answer.endsWith('{"id":1,"name":"Late","categoryId":9007199254740993,"status":"available"}'), answer);
   // Refused outright, or reset from the backlog of the closing listener: either way not served.
   assert.ok(['ECONNREFUSED', 'ECONNRESET'].includes(refused), refused);
   assert.deepEqual(await server.exited, { code: 0, signal: null });
