@@ -4,12 +4,12 @@ import { systemClock, type Clock } from './clock.js';
 import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
 import { authenticate } from './http/auth.js';
-import { answerClientError, routeEveryRequest } from './http/client-errors.js';
+import { answerClientError } from './http/client-errors.js';
 import { registerDocs } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
 import { guardRequest } from './http/limits.js';
-import { refuseOtherMethods, routeEveryMethod } from './http/methods.js';
+import { refuseOtherMethods, routeEveryMethod, routeEveryRequest } from './http/methods.js';
 import { createMetrics, observeRequests, registerMetrics, timeStore } from './http/metrics.js';
 import { parseQuery } from './http/query.js';
 import { RateLimits } from './http/rate-limit.js';
@@ -78,9 +78,6 @@ export async function buildApp({
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
   app.server.maxConnections = config.maxConnections;
-  // A client that half-closes right after its request (`printf … | nc`) still gets its answer,
-  // even when the store answers asynchronously; Node's default aborts the request instead.
-  Object.assign(app.server, { httpAllowHalfOpen: true });
   const metrics = createMetrics(plainStore);
   const store = timeStore(plainStore, metrics);
   observeRequests(app, metrics);

@@ -288,9 +288,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return Object.freeze(config);
 }
 
-/** The settings as a text table, for `petstore serve --help`. */
-export function describeSettings(): string {
-  return Object.values(settings as Record<string, Setting<unknown>>)
+/**
+ * The settings as a text table, for `--help`: every one (`petstore serve --help`) or those named.
+ *
+ * @example describeSettings(['sqlitePath', 'databaseUrl']) // the store settings alone
+ */
+export function describeSettings(
+  names: (keyof typeof settings)[] = Object.keys(settings) as (keyof typeof settings)[],
+): string {
+  return names
+    .map((name) => settings[name] as Setting<unknown>)
     .map(
       (s) =>
         `  ${s.env.padEnd(28)} ${s.description}\n  ${''.padEnd(28)} format: ${s.format}; default: ${s.default || '(none)'}`,

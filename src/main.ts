@@ -1,15 +1,13 @@
 #!/usr/bin/env node
 import './heap.js';
 import { parseArgs } from 'node:util';
-import { ConfigError, describeSettings, loadConfig, settings, type Config } from './config.js';
+import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';
 import { createKeyCommand, listKeysCommand, revokeKeyCommand, type Output } from './keys/cli.js';
 import { reportMigration, serve } from './server.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 
-const storeSettings = [settings.sqlitePath, settings.databaseUrl, settings.dbTimeoutMs]
-  .map((s) => `  ${s.env.padEnd(28)} ${s.description}`)
-  .join('\n');
+const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
 
 const exitCodes = `Exit status: 0 done, 1 failed, 2 bad command line or setting.`;
 

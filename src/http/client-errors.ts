@@ -1,4 +1,4 @@
-import { ServerResponse, STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { ApiError } from '../errors.js';
 
@@ -33,21 +33,4 @@ export function answerClientError(error: Error & { code?: string }, socket: Sock
       'Connection: close\r\n\r\n' +
       body,
   );
-}
-
-/**
- * Routes the requests Node's HTTP server would otherwise answer itself without the Error body:
- * an `Expect` other than 100-continue (a bare 417), which RFC 9110 section 10.1.1 lets a server
- * ignore, and CONNECT (whose socket it drops), which paths then refuse like any other method.
- */
-export function routeEveryRequest(server: Server): void {
-  server.on('checkExpectation', (request, response) => server.emit('request', request, response));
-  server.on('connect', (request: IncomingMessage, socket: Socket) => {
-    socket.on('error', () => socket.destroy());
-    const response = new ServerResponse(request);
-    response.shouldKeepAlive = false;
-    response.assignSocket(socket);
-    response.on('finish', () => socket.end());
-    server.emit('request', request, response);
-  });
 }

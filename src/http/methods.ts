@@ -1,4 +1,5 @@
-import { METHODS } from 'node:http';
+import { METHODS, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors.js';
 
@@ -27,5 +28,25 @@ export function refuseOtherMethods(app: FastifyInstance, url: string, allowed: s
       throw error;
     },
     handler: async () => undefined,
+  });
+}
+
+/**
+ * Routes the requests Node's HTTP server would otherwise answer itself without the Error body:
+ * an `Expect` other than 100-continue (a bare 417), which RFC 9110 section 10.1.1 lets a server
+ * ignore, and CONNECT (whose socket it drops), which paths then refuse like any other method.
+ * A client that half-closes right after its request (`printf … | nc`) still gets its answer,
+ * even when the store answers asynchronously; Node's default aborts the request instead.
+ */
+export function routeEveryRequest(server: Server): void {
+  Object.assign(server, { httpAllowHalfOpen: true });
+  server.on('checkExpectation', (request, response) => server.emit('request', request, response));
+  server.on('connect', (request: IncomingMessage, socket: Socket) => {
+    socket.on('error', () => socket.destroy());
+    const response = new ServerResponse(request);
+    response.shouldKeepAlive = false;
+    response.assignSocket(socket);
+    response.on('finish', () => socket.end());
+    server.emit('request', request, response);
   });
 }
