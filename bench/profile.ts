@@ -1,7 +1,8 @@
 // `npm run bench:profile`: where the time goes. Runs the built service under `node --cpu-prof`
-// for one workload at a time (list, createPet) and prints the self time by function and by module.
+// for one workload at a time (list, createPet), prints the self time by function and by module
+// and writes it to bench/results/profile.md (profile-postgres.md with --postgres).
 // Options: --duration 8 --workload list,create --postgres (on PostgreSQL instead of SQLite)
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -93,6 +94,11 @@ function summarise(profile: Profile, top = 25): string[] {
 }
 
 const temp = mkdtempSync(join(tmpdir(), 'petstore-profile-'));
+const report = [
+  '# Profile: latest run',
+  '',
+  `Written by \`npm run bench:profile ${process.argv.slice(2).join(' ')}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC.`,
+];
 try {
   for (const name of options.workload.split(',')) {
     let drop = async () => {};
@@ -109,15 +115,20 @@ try {
     try {
       const sample = await drive({ ...LOADS[name]!, key: seeded.key }, [service.port], Number(options.duration));
       const store = options.postgres ? 'PostgreSQL' : 'SQLite';
-      process.stdout.write(`\n## ${name} on ${store}: ${Math.round(sample.rps)} req/s under the profiler\n\n`);
+      report.push(`\n## ${name} on ${store}: ${Math.round(sample.rps)} req/s under the profiler\n`);
     } finally {
       await service.stop();
       await drop();
     }
     const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'))!;
     const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Profile;
-    process.stdout.write(summarise(profile).join('\n') + '\n');
+    report.push('```', ...summarise(profile), '```');
   }
 } finally {
   rmSync(temp, { recursive: true, force: true });
 }
+const text = report.join('\n') + '\n';
+process.stdout.write(text);
+// The figures bench/README.md quotes come from this file, not from memory.
+const out = new URL(`results/profile${options.postgres ? '-postgres' : ''}.md`, import.meta.url);
+writeFileSync(out, text);
