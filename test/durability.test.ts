@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { recordFigures, soak } from './figures.js';
+import { recordFigures, size } from './figures.js';
 import { childEnv, runCli, startServer } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
 
-const CYCLES = soak ? 12 : 3;
+const CYCLES = size.killCycles;
 const WORKERS = 8;
 
 const stores: { name: string; skip: string | false; env: (t: TestContext) => Promise<Record<string, string>> }[] = [

@@ -6,7 +6,7 @@ import type { Store } from '../src/store/store.js';
 import { DocumentChecker } from './fuzz/document.js';
 import { fuzz, type FuzzFigures } from './fuzz/run.js';
 import { injectTransport, sendRaw, socketTransport } from './fuzz/transport.js';
-import { recordFigures, soak } from './figures.js';
+import { recordFigures, size, soak } from './figures.js';
 import { startApp } from './helpers.js';
 import { freshPostgresStore, postgresSkip } from './stores.js';
 
@@ -16,9 +16,7 @@ const seed = process.env.PETSTORE_FUZZ_SEED
   : soak
     ? Math.floor(Math.random() * 2 ** 31)
     : 20261122;
-const runs = soak
-  ? { sqlite: 20_000, postgres: 5_000, limits: 2_000, socket: 3_000, batches: 2_000 }
-  : { sqlite: 3_000, postgres: 800, limits: 300, socket: 500, batches: 150 };
+const runs = size.fuzz;
 const TIME_LIMIT_MS = soak ? 15 * 60_000 : 20_000;
 
 process.stderr.write(`fuzz seed ${seed} (replay with PETSTORE_FUZZ_SEED=${seed})\n`);

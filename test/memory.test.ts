@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { test } from 'node:test';
-import { recordFigures, soak } from './figures.js';
+import { recordFigures, size } from './figures.js';
 import { childEnv } from './process.js';
 
 const PROBE = new URL('./memory-probe.ts', import.meta.url).pathname;
 // 100,000 requests take about half a minute on two cores: `npm run soak` runs them, `npm test` a fifth.
-const REQUESTS = soak ? 100_000 : 20_000;
-const SOCKET_REQUESTS = soak ? 4_000 : 1_000;
+const REQUESTS = size.leak.inject;
+const SOCKET_REQUESTS = size.leak.socket;
 const MiB = 1024 * 1024;
 /** Heap after a full collection may differ from the baseline by this much, at most. */
 const HEAP_BOUND = 4 * MiB;

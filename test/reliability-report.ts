@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { format, resolveConfig } from 'prettier';
+import { sizes } from './figures.js';
 
 /*
  * `npm run reliability` (the sizes `npm test` runs) and `npm run soak` (the long run, a random
@@ -35,6 +36,7 @@ const figures: Figures[] = readFileSync(figuresFile, 'utf8')
 rmSync(dir, { recursive: true, force: true });
 const byName = (name: string) => figures.find((entry) => entry.name === name);
 const n = (value: unknown) => Number(value).toLocaleString('en-US');
+const leak = (of: typeof sizes.test) => of.leak.inject + of.leak.socket;
 const mib = (bytes: unknown) => `${(Number(bytes) / 1024 / 1024).toFixed(2)} MiB`;
 const notRun = '| (not run: PostgreSQL was not reachable) | | | | | |';
 
@@ -164,7 +166,7 @@ mixed requests (creates, idempotent creates, pages, reads, and 400, 401, 404, 40
 through \`inject\` and over real connections. After a full collection, the heap must stay within
 ${memory ? mib(memory.heapBoundBytes) : 'the bound'} of its baseline and must not rise at every
 checkpoint; open file descriptors (\`/proc/self/fd\`) must be back to the baseline at each.
-\`npm test\` sends 21,000 requests; \`npm run soak\` 104,000.
+\`npm test\` sends ${n(leak(sizes.test))} requests; \`npm run soak\` ${n(leak(sizes.soak))}.
 
 ${
   memory
@@ -176,8 +178,8 @@ ${
 
 - \`npm test\`: all of the above at the sizes shown with a fixed seed, within the whole suite.
 - \`npm run reliability\`: only these tests, at the same sizes, and rewrites this page.
-- \`npm run soak\`: longer runs (20,000 fuzzed requests on SQLite, 5,000 on PostgreSQL,
-  2,000 concurrent batches on each, 12 kill cycles per store, 104,000 requests for the leak check) with a random fuzz seed, printed
+- \`npm run soak\`: longer runs (${n(sizes.soak.fuzz.sqlite)} fuzzed requests on SQLite, ${n(sizes.soak.fuzz.postgres)} on PostgreSQL,
+  ${n(sizes.soak.fuzz.batches)} concurrent batches on each, ${sizes.soak.killCycles} kill cycles per store, ${n(leak(sizes.soak))} requests for the leak check) with a random fuzz seed, printed
   at the start; rewrites this page.
 - PostgreSQL checks run when \`PETSTORE_TEST_DATABASE_URL\` (default
   \`postgres://postgres@127.0.0.1:5432/test\`) answers, are skipped loudly when it does not,
