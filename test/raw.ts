@@ -1,18 +1,35 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 
-/** Writes `request` as raw bytes and resolves with everything the server sends before closing. */
-export function exchange(port: number, request: string | Buffer): Promise<string> {
+/**
+ * Writes `request` as raw bytes, half-closes, and resolves with every byte the server sends
+ * before closing; rejects when nothing came back, or when the server is still open after
+ * `timeoutMs`.
+ */
+export function exchangeBytes(port: number, request: string | Buffer, timeoutMs = 10_000): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const socket = connect({ port, host: '127.0.0.1' });
     const chunks: Buffer[] = [];
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no complete answer within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const done = (error?: Error) => {
+      clearTimeout(timer);
+      if (error && chunks.length === 0) reject(error);
+      else resolve(Buffer.concat(chunks));
+    };
     socket.on('data', (chunk) => chunks.push(chunk));
-    const done = () => resolve(Buffer.concat(chunks).toString('utf8'));
     // A server that answers before reading the whole body may reset the connection after its answer.
-    socket.on('error', (error) => (chunks.length > 0 ? done() : reject(error)));
-    socket.on('end', done);
+    socket.on('error', done);
+    socket.on('end', () => done());
     socket.end(request);
   });
+}
+
+/** `exchangeBytes`, as UTF-8 text. */
+export async function exchange(port: number, request: string | Buffer): Promise<string> {
+  return (await exchangeBytes(port, request)).toString('utf8');
 }
 
 export interface RawResponse {

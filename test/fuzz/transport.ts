@@ -1,4 +1,4 @@
-import { connect } from 'node:net';
+import { exchangeBytes } from '../raw.js';
 import type { FastifyInstance } from 'fastify';
 import type { WireResponse } from './document.js';
 import type { WireFault } from './requests.js';
@@ -136,27 +136,6 @@ export function socketTransport(port: number, timeoutMs = 10_000): Transport {
 }
 
 /** Sends raw bytes over a fresh TCP connection to `port` and reads until the server closes it. */
-
-export function sendRaw(port: number, bytes: Buffer, method: string, timeoutMs = 10_000): Promise<WireResponse> {
-  return new Promise((resolve, reject) => {
-    const socket = connect({ port, host: '127.0.0.1' });
-    const chunks: Buffer[] = [];
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error(`no complete answer within ${timeoutMs} ms`));
-    }, timeoutMs);
-    const finish = () => {
-      clearTimeout(timer);
-      try {
-        resolve(parseRawResponse(Buffer.concat(chunks), method));
-      } catch (error) {
-        reject(error as Error);
-      }
-    };
-    socket.on('data', (chunk) => chunks.push(chunk));
-    // A server that answers before reading the whole body may reset the connection after its answer.
-    socket.on('error', finish);
-    socket.on('end', finish);
-    socket.end(bytes);
-  });
+export async function sendRaw(port: number, bytes: Buffer, method: string, timeoutMs = 10_000): Promise<WireResponse> {
+  return parseRawResponse(await exchangeBytes(port, bytes, timeoutMs), method);
 }
