@@ -3,11 +3,12 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { systemClock, type Clock } from './clock.js';
 import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
-import { authenticate } from './http/auth.js';
+import { authenticate, createGate } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
 import { registerDocs } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
+import { serverWithFront, type FrontListener } from './http/front.js';
 import { guardRequest } from './http/limits.js';
 import { refuseOtherMethods, routeEveryMethod, routeEveryRequest } from './http/methods.js';
 import { createMetrics, observeRequests, registerMetrics, timeStore } from './http/metrics.js';
@@ -15,6 +16,7 @@ import { parseQuery } from './http/query.js';
 import { RateLimits } from './http/rate-limit.js';
 import { loggingOptions, logRequests } from './http/request-log.js';
 import { compileValidator } from './http/validation.js';
+import { answerCachedPages, PageCache } from './pets/page-cache.js';
 import { createPet, getPet, listPets } from './pets/routes.js';
 import { sharedSchemas } from './schemas.js';
 import type { Store } from './store/store.js';
@@ -41,7 +43,10 @@ export async function buildApp({
   logStream,
 }: AppDeps): Promise<FastifyInstance> {
   const { logger: logOptions, ...requestIds } = loggingOptions(config, logStream);
+  let front: FrontListener | undefined;
   const app = Fastify({
+    // Cached listPets pages are answered before Fastify's lifecycle: see page-cache.ts.
+    serverFactory: serverWithFront(() => front),
     ...(logger && typeof logger === 'object' ? { loggerInstance: logger } : { logger: logger ?? logOptions }),
     ...requestIds,
     bodyLimit: BODY_LIMIT,
@@ -64,6 +69,8 @@ export async function buildApp({
     routerOptions: { maxParamLength: HEADER_LIMIT, querystringParser: parseQuery },
   });
 
+  // Declared up front, so every request object keeps one shape.
+  app.decorateRequest('apiKeyId', undefined);
   routeEveryMethod(app);
   app.setValidatorCompiler(compileValidator);
   for (const schema of sharedSchemas) app.addSchema(schema);
@@ -107,11 +114,22 @@ export async function buildApp({
   await registerDocs(app, config);
   registerHealth(app, store);
 
-  const deps = { store, clock, config, authenticate: authenticate(store, new RateLimits(store, clock, config)) };
+  const gate = createGate(store, new RateLimits(store, clock, config));
+  // CORS fields depend on the request's Origin: with CORS on, every answer goes through Fastify.
+  const pages = store.memory.finalPages && config.corsOrigins.length === 0 ? new PageCache() : undefined;
+  const deps = { store, clock, config, authenticate: authenticate(gate), pages };
   listPets(app, deps);
   createPet(app, deps);
   getPet(app, deps);
   registerMetrics(app, metrics, deps.authenticate);
+  if (pages) {
+    let closing = false;
+    app.addHook('preClose', (done) => {
+      closing = true;
+      done();
+    });
+    front = answerCachedPages({ pages, gate, metrics, log: app.log, closing: () => closing });
+  }
 
   refuseOtherMethods(app, '/v1/pets', ['GET', 'POST']);
   refuseOtherMethods(app, '/v1/pets/:petId', ['GET']);

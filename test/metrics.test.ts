@@ -202,7 +202,7 @@ test('petstore_store_duration_seconds times each Store method, failures apart', 
   assert.equal(valueOf(samples, 'petstore_store_duration_seconds_count', { method: 'listPets', outcome: 'ok' }), 1);
   assert.equal(valueOf(samples, 'petstore_store_duration_seconds_count', { method: 'listPets', outcome: 'error' }), 1);
   assert.ok(
-    valueOf(samples, 'petstore_store_duration_seconds_count', { method: 'findActiveKey', outcome: 'ok' })! >= 5,
+    valueOf(samples, 'petstore_store_duration_seconds_count', { method: 'findActiveKey', outcome: 'ok' })! >= 1,
   );
 });
 

@@ -1,8 +1,9 @@
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { IncomingMessage } from 'node:http';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash } from '../keys/keys.js';
 import type { Store } from '../store/store.js';
-import type { RateLimits } from './rate-limit.js';
+import type { RateFields, RateLimits } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -22,30 +23,131 @@ function refuse(message: string, invalidToken: boolean): ApiError {
   return new ApiError('unauthorized', message, { 'www-authenticate': challenge });
 }
 
+/** The token of `Authorization: Bearer <token>`; throws the contract's 401 for anything else. */
+function readToken(header: string | undefined): string {
+  if (header === undefined || header === '') {
+    throw refuse("Send an API key in the Authorization header as 'Bearer <key>'.", false);
+  }
+  const match = CREDENTIALS.exec(header);
+  if (!match || match[1]!.toLowerCase() !== 'bearer') {
+    throw refuse("The Authorization header must use the Bearer scheme: 'Bearer <key>'.", false);
+  }
+  const token = (match[2] ?? '').trim();
+  if (token === '') throw refuse("The Authorization header has no key after 'Bearer'.", false);
+  return token;
+}
+
+/** A request let in: the key that authenticated it and the RateLimit fields its answer carries. */
+export interface Admission {
+  apiKeyId: number;
+  rateFields: RateFields;
+}
+
+export type Admitted = Admission | Promise<Admission>;
+
+/** Who may make a request: the API key check and the rate limits, for every way a request comes in. */
+export interface Gate {
+  /**
+   * Admits a request with an active key within its rate limit, or throws (rejects with) the
+   * 401 or 429 to answer. Synchronous when the store remembers the key and counts in memory.
+   * An address that sent too many refused keys gets 429 before any check.
+   */
+  admit(address: string, authorization: string | undefined): Admitted;
+  /**
+   * The id of the key in `authorization` when the store remembers it as active; undefined
+   * when only `admit` can tell. Checks without counting anything.
+   */
+  rememberedKey(authorization: string | undefined): number | undefined;
+  /** Counts a request by a key known to be active, as `admit` does. */
+  admitKey(apiKeyId: number): Admitted;
+  /** True while `admit` may refuse an address before looking at its key. */
+  readonly blocksAddresses: boolean;
+}
+
+export function createGate(store: Store, limits: RateLimits): Gate {
+  const admitKey = (apiKeyId: number): Admitted => {
+    const rateFields = limits.admitKey(apiKeyId);
+    return rateFields instanceof Promise
+      ? rateFields.then((fields) => ({ apiKeyId, rateFields: fields }))
+      : { apiKeyId, rateFields };
+  };
+
+  async function lookUp(address: string, token: string, hash: Buffer): Promise<Admission> {
+    const key = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
+    if (!key || !sameHash(key.hash, hash)) {
+      throw (await limits.noteRefusedKey(address)) ?? refuse('The API key is not valid or has been revoked.', true);
+    }
+    return admitKey(key.id);
+  }
+
+  const remembered = (hash: Buffer) => {
+    const key = store.memory.rememberedKey(hash);
+    return key && sameHash(key.hash, hash) ? key.id : undefined;
+  };
+
+  return {
+    admit(address, authorization) {
+      limits.refuseBlocked(address);
+      const token = readToken(authorization);
+      const hash = hashKey(token);
+      const id = remembered(hash);
+      return id === undefined ? lookUp(address, token, hash) : admitKey(id);
+    },
+    rememberedKey(authorization) {
+      let token: string;
+      try {
+        token = readToken(authorization);
+      } catch {
+        return undefined;
+      }
+      return remembered(hashKey(token));
+    },
+    admitKey,
+    get blocksAddresses() {
+      return limits.blocksAddresses;
+    },
+  };
+}
+
+const HELD = Symbol('admission');
+
+type Holding = IncomingMessage & { [HELD]?: () => Admitted };
+
+/**
+ * Leaves on `request` the admission a step before Fastify already decided (see
+ * page-cache.ts), so the key is not checked, nor the request counted, twice.
+ */
+export function holdAdmission(request: IncomingMessage, admitted: () => Admitted): void {
+  (request as Holding)[HELD] = admitted;
+}
+
+function letIn(request: FastifyRequest, reply: FastifyReply, { apiKeyId, rateFields }: Admission) {
+  request.apiKeyId = apiKeyId;
+  if (rateFields) reply.headers(rateFields);
+}
+
 /**
  * `onRequest` hook that admits a request only with an active API key, within its rate limit. It
  * runs before the body is read or validated, so an unauthenticated request is a 401 whatever
- * else is wrong with it. An address that sent too many refused keys gets 429 before any check.
+ * else is wrong with it. A callback hook: a request whose key the store remembers waits for no
+ * promise.
  */
-export function authenticate(store: Store, limits: RateLimits) {
-  return async function authenticateRequest(request: FastifyRequest, reply: FastifyReply) {
-    limits.refuseBlocked(request.ip);
-    const header = request.headers.authorization;
-    if (header === undefined || header === '') {
-      throw refuse("Send an API key in the Authorization header as 'Bearer <key>'.", false);
+export function authenticate(gate: Gate) {
+  return function authenticateRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
+    let admitted: Admitted;
+    try {
+      const held = (request.raw as Holding)[HELD];
+      admitted = held ? held() : gate.admit(request.ip, request.headers.authorization);
+    } catch (error) {
+      return done(error as Error);
     }
-    const match = CREDENTIALS.exec(header);
-    if (!match || match[1]!.toLowerCase() !== 'bearer') {
-      throw refuse("The Authorization header must use the Bearer scheme: 'Bearer <key>'.", false);
+    if (!(admitted instanceof Promise)) {
+      letIn(request, reply, admitted);
+      return done();
     }
-    const token = (match[2] ?? '').trim();
-    if (token === '') throw refuse("The Authorization header has no key after 'Bearer'.", false);
-    const hash = hashKey(token);
-    const key = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
-    if (!key || !sameHash(key.hash, hash)) {
-      throw (await limits.noteRefusedKey(request.ip)) ?? refuse('The API key is not valid or has been revoked.', true);
-    }
-    request.apiKeyId = key.id;
-    if (limits.countsKeys) await limits.admitKey(key.id, reply);
+    admitted.then((admission) => {
+      letIn(request, reply, admission);
+      done();
+    }, done);
   };
 }

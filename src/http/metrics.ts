@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { petStatuses } from '../schemas.js';
-import type { Store } from '../store/store.js';
+import { wrapMethods, type Store } from '../store/store.js';
 import { operationOf } from './operation.js';
 
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -85,38 +85,19 @@ export function createMetrics(store: Store): Metrics {
   };
 }
 
-/** Every method of `store`, own or inherited, so a Store written as a class is timed too. */
-function methodNames(store: Store): string[] {
-  const names = new Set<string>();
-  for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
-    for (const name of Object.getOwnPropertyNames(o)) {
-      if (name !== 'constructor' && typeof (store as unknown as Record<string, unknown>)[name] === 'function') {
-        names.add(name);
-      }
-    }
-  }
-  return [...names];
-}
-
 /** `store` with the time of every method call observed in `petstore_store_duration_seconds`. */
 export function timeStore(store: Store, { storeDuration }: Metrics): Store {
-  const timed: Record<string, unknown> = {};
-  const methods = store as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
-  for (const name of methodNames(store)) {
-    const method = methods[name]!;
-    timed[name] = async (...args: unknown[]) => {
-      const end = storeDuration.startTimer({ method: name });
-      try {
-        const result = await method.apply(store, args);
-        end({ outcome: 'ok' });
-        return result;
-      } catch (error) {
-        end({ outcome: 'error' });
-        throw error;
-      }
-    };
-  }
-  return timed as unknown as Store;
+  return wrapMethods(store, (name, method) => async (...args: unknown[]) => {
+    const end = storeDuration.startTimer({ method: name });
+    try {
+      const result = await method(...args);
+      end({ outcome: 'ok' });
+      return result;
+    } catch (error) {
+      end({ outcome: 'error' });
+      throw error;
+    }
+  });
 }
 
 /** Counts and times every request that reaches a route, and tracks those in flight. */
@@ -135,11 +116,16 @@ export function observeRequests(app: FastifyInstance, metrics: Metrics): void {
   });
   app.addHook('onResponse', (request, reply, done) => {
     if (open.delete(request)) metrics.inFlight.dec();
-    const labels = { operation: operationOf(request), method: request.method, status: String(reply.statusCode) };
-    metrics.requests.inc(labels);
-    metrics.duration.observe(labels, reply.elapsedTime / 1000);
+    countAnswer(metrics, operationOf(request), request.method, reply.statusCode, reply.elapsedTime / 1000);
     done();
   });
+}
+
+/** Counts one answered request and how long it took. */
+export function countAnswer(metrics: Metrics, operation: string, method: string, status: number, seconds: number) {
+  const labels = { operation, method, status: String(status) };
+  metrics.requests.inc(labels);
+  metrics.duration.observe(labels, seconds);
 }
 
 /**

@@ -1,4 +1,3 @@
-import type { FastifyReply } from 'fastify';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError } from '../errors.js';
@@ -10,6 +9,9 @@ function windowAt(now: number, windowMs: number): { start: number; end: number; 
   const end = start + windowMs;
   return { start, end, secondsLeft: Math.max(1, Math.ceil((end - now) / 1000)) };
 }
+
+/** The RateLimit and RateLimit-Policy fields of an admitted request; undefined when the limit is off. */
+export type RateFields = Record<'ratelimit' | 'ratelimit-policy', string> | undefined;
 
 const tooManyRequests = (message: string, secondsLeft: number, headers: Record<string, string> = {}) =>
   new ApiError('rate_limited', message, { ...headers, 'retry-after': String(secondsLeft) });
@@ -40,28 +42,39 @@ export class RateLimits {
     this.#policy = `"default";q=${config.rateLimit};w=${config.rateLimitWindowSeconds}`;
   }
 
-  /** False when the per-key limit is off: then admitKey does nothing. */
-  get countsKeys(): boolean {
-    return this.#limit !== undefined;
+  /**
+   * Counts a request by `apiKeyId` and returns the RateLimit fields its answer carries
+   * (undefined when the limit is off); throws 429 past the limit. Synchronous when the store
+   * counts in this process (SQLite), so such a request waits for no promise.
+   */
+  admitKey(apiKeyId: number): RateFields | Promise<RateFields> {
+    if (this.#limit === undefined) return undefined;
+    const window = windowAt(this.#clock.now(), this.#windowMs);
+    const subject = `key:${apiKeyId}`;
+    const { memory } = this.#store;
+    if (memory.countHit) return this.#judge(memory.countHit(subject, window.start), window);
+    return this.#store.countHit(subject, window.start).then((hits) => this.#judge(hits, window));
   }
 
-  /** Counts a request by `apiKeyId`, sets the RateLimit fields on `reply`, and throws 429 past the limit. */
-  async admitKey(apiKeyId: number, reply: FastifyReply): Promise<void> {
-    if (this.#limit === undefined) return;
-    const window = windowAt(this.#clock.now(), this.#windowMs);
-    const hits = await this.#store.countHit(`key:${apiKeyId}`, window.start);
+  #judge(hits: number, window: ReturnType<typeof windowAt>): RateFields {
+    const limit = this.#limit!;
     const fields = {
       'ratelimit-policy': this.#policy,
-      ratelimit: `"default";r=${Math.max(0, this.#limit - hits)};t=${window.secondsLeft}`,
+      ratelimit: `"default";r=${Math.max(0, limit - hits)};t=${window.secondsLeft}`,
     };
-    reply.headers(fields);
-    if (hits > this.#limit) {
+    if (hits > limit) {
       throw tooManyRequests(
-        `This API key made more than ${this.#limit} requests in ${this.#windowMs / 1000} seconds; retry after ${window.secondsLeft} seconds.`,
+        `This API key made more than ${limit} requests in ${this.#windowMs / 1000} seconds; retry after ${window.secondsLeft} seconds.`,
         window.secondsLeft,
         fields,
       );
     }
+    return fields;
+  }
+
+  /** True while some address is refused for sending too many refused keys. */
+  get blocksAddresses(): boolean {
+    return this.#blocked.size > 0;
   }
 
   /** Throws 429 when `address` sent too many refused keys in this window. */

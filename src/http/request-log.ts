@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import type { Config } from '../config.js';
 import { operationOf } from './operation.js';
 
@@ -45,12 +45,13 @@ export function logRequests(app: FastifyInstance): void {
     done(null, payload);
   });
   app.addHook('onResponse', (request, reply, done) => {
-    const path = request.url.split('?', 1)[0];
-    const durationMs = Math.round(reply.elapsedTime * 1000) / 1000;
-    request.log.info(
-      { operation: operationOf(request), method: request.method, path, status: reply.statusCode, durationMs },
-      'request completed',
-    );
+    logAnswer(request.log, undefined, {
+      operation: operationOf(request),
+      method: request.method,
+      url: request.url,
+      status: reply.statusCode,
+      seconds: reply.elapsedTime / 1000,
+    });
     done();
   });
   app.addHook('onRequestAbort', (request, done) => {
@@ -58,4 +59,34 @@ export function logRequests(app: FastifyInstance): void {
     request.log.info({ operation: operationOf(request), method: request.method, path }, 'request aborted by client');
     done();
   });
+}
+
+/** Whether `log` writes lines of `level`; a logger that cannot tell is taken to. */
+const enabled = (log: FastifyBaseLogger, level: string) =>
+  (log as { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled?.(level) ?? true;
+
+export interface Answer {
+  operation: string;
+  method: string;
+  /** The request target: only its path is logged, since a query may carry anything. */
+  url: string;
+  status: number;
+  seconds: number;
+}
+
+/**
+ * The one line logged for an answered request, on `log`: a request's own logger (which names
+ * its `reqId` already), or the app's with `reqId` given.
+ */
+export function logAnswer(log: FastifyBaseLogger, reqId: string | undefined, answer: Answer): void {
+  if (!enabled(log, 'info')) return;
+  const line = {
+    ...(reqId !== undefined && { reqId }),
+    operation: answer.operation,
+    method: answer.method,
+    path: answer.url.split('?', 1)[0],
+    status: answer.status,
+    durationMs: Math.round(answer.seconds * 1e6) / 1000,
+  };
+  log.info(line, 'request completed');
 }

@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import crypto, { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 const PREFIX = 'psk_';
 // 32 random bytes, base64url: 43 characters, 256 bits of entropy.
@@ -14,9 +14,15 @@ export function makeKey(): string {
  * one here and keeps authentication cheap on every request.
  */
 export function hashKey(key: string): Buffer {
-  // Not crypto.hash: it needs Node 20.12, and the service runs on every Node 20.
-  return createHash('sha256').update(key).digest();
+  return sha256(key);
 }
+
+// crypto.hash (one call, no Hash object: about half the time) from Node 20.12 on; the service
+// runs on every Node 20.
+const sha256: (text: string) => Buffer =
+  typeof crypto.hash === 'function'
+    ? (text) => crypto.hash('sha256', text, 'buffer')
+    : (text) => createHash('sha256').update(text).digest();
 
 /** The first characters of a key, shown by `keys list` so a person can tell keys apart. */
 export function keyHint(key: string): string {

@@ -17,6 +17,7 @@ import {
 import type { Store } from '../store/store.js';
 import { decodeCursor, encodeCursor } from './cursor.js';
 import { deprecationHeaderDocs, deprecationHeaders } from './deprecation.js';
+import type { PageCache } from './page-cache.js';
 import { claimFor, InFlight, inFlight, mismatch, readIdempotencyKey } from './idempotency.js';
 
 export interface PetDeps {
@@ -24,11 +25,15 @@ export interface PetDeps {
   clock: Clock;
   config: Config;
   authenticate: onRequestHookHandler;
+  /** Where listPets keeps the pages it may send again; absent when the store's pages can change. */
+  pages?: PageCache;
 }
+
+const JSON_TYPE = 'application/json; charset=utf-8';
 
 const security = [{ apiKey: [] }];
 
-export function listPets(app: FastifyInstance, { store, authenticate }: PetDeps) {
+export function listPets(app: FastifyInstance, { store, authenticate, pages }: PetDeps) {
   app.get<{ Querystring: ListQuery }>(
     '/v1/pets',
     {
@@ -56,16 +61,21 @@ export function listPets(app: FastifyInstance, { store, authenticate }: PetDeps)
       },
     },
     async (request, reply) => {
+      const cached = pages?.get(request.url);
+      if (cached) return reply.header('link', cached.link).type(JSON_TYPE).send(cached.body);
       const { limit = 20, status, cursor } = request.query;
       const after = cursor === undefined ? undefined : readCursor(cursor, status);
       const pets = await store.listPets({ status, afterId: after, limit: limit + 1 });
-      if (pets.length > limit) {
-        pets.length = limit;
-        const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
-        const query = `limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}`;
-        reply.header('link', `</v1/pets?${query}>; rel="next"`);
-      }
-      return pets;
+      if (pets.length <= limit) return pets;
+      pets.length = limit;
+      const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
+      const link = `</v1/pets?limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}>; rel="next"`;
+      reply.header('link', link);
+      if (!pages) return pets;
+      // The schema's serializer, as for any answer; the bytes are kept to be sent again.
+      const page = { body: Buffer.from(reply.serialize(pets) as string), link };
+      pages.set(request.url, page);
+      return reply.type(JSON_TYPE).send(page.body);
     },
   );
 }
@@ -89,6 +99,8 @@ function readCursor(text: string, status: PetStatus | undefined): bigint {
 
 export function createPet(app: FastifyInstance, { store, clock, authenticate }: PetDeps) {
   const inFlightHere = new InFlight();
+  // Declared up front, so every request object keeps one shape.
+  app.decorateRequest('idempotency', undefined);
   app.post<{ Body: NewPet }>(
     '/v1/pets',
     {
@@ -149,11 +161,7 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
       if (outcome.kind === 'mismatch') throw mismatch();
       const { response } = outcome;
       if (outcome.kind === 'replayed') reply.header('idempotent-replayed', 'true');
-      return reply
-        .code(response.status)
-        .header('location', response.location)
-        .type('application/json; charset=utf-8')
-        .send(response.body);
+      return reply.code(response.status).header('location', response.location).type(JSON_TYPE).send(response.body);
     },
   );
 }

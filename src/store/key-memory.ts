@@ -1,7 +1,4 @@
-export interface ActiveKey {
-  id: number;
-  hash: Buffer;
-}
+import type { ActiveKey } from './store.js';
 
 // CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
 // remembered for half that, so most requests cost no database work for their key.
@@ -20,18 +17,26 @@ const KEYS_REMEMBERED = 1000;
  */
 export function rememberActiveKeys(find: (hash: Buffer) => Promise<ActiveKey | undefined> | ActiveKey | undefined) {
   let remembered = new Map<string, { key: ActiveKey; until: number }>();
+  const recall = (name: string, now: number) => {
+    const known = remembered.get(name);
+    return known && known.until > now ? known.key : undefined;
+  };
   return {
     async find(hash: Buffer): Promise<ActiveKey | undefined> {
       const name = hash.toString('latin1');
       // Taken before the lookup: a revocation the lookup missed is at most KEY_MEMORY_MS old then.
       const now = Date.now();
-      const known = remembered.get(name);
-      if (known && known.until > now) return known.key;
+      const known = recall(name, now);
+      if (known) return known;
       const key = await find(hash);
       if (!key) return undefined;
       if (remembered.size >= KEYS_REMEMBERED) remembered = new Map();
       remembered.set(name, { key, until: now + KEY_MEMORY_MS });
       return key;
+    },
+    /** The key `find` would answer from memory now, if any: no lookup, no promise. */
+    remembered(hash: Buffer): ActiveKey | undefined {
+      return recall(hash.toString('latin1'), Date.now());
     },
     forget(): void {
       remembered = new Map();

@@ -240,6 +240,8 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
   let countersWindow = -Infinity;
 
   return {
+    memory: { rememberedKey: activeKeys.remembered, finalPages: false },
+
     async migrate(onApplied?: (name: string, ms: number) => void) {
       const client = new pg.Client({
         ...connection,

@@ -25,6 +25,7 @@ import {
   type PetRecord,
   type Store,
   type StoredResponse,
+  wrapMethods,
 } from './store.js';
 
 /** A `pets` row read in raw mode (an array: no object per row to build): id, name, category_id, status. */
@@ -37,12 +38,8 @@ const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], cat
  * as StoreUnavailableError.
  */
 function busyAsUnavailable(store: Store): Store {
-  const guarded: Record<string, unknown> = {};
-  for (const [name, method] of Object.entries(store) as [string, (...args: unknown[]) => Promise<unknown>][]) {
-    // No rest parameters: no array per call on the request path (no method takes more than 3).
-    guarded[name] = (a: unknown, b: unknown, c: unknown) => method(a, b, c).catch(asUnavailable);
-  }
-  return guarded as unknown as Store;
+  // No rest parameters: no array per call on the request path (no method takes more than 3).
+  return wrapMethods(store, (_name, method) => (a, b, c) => method(a, b, c).catch(asUnavailable));
 }
 
 function asUnavailable(error: unknown): never {
@@ -130,6 +127,8 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
   });
 
   return busyAsUnavailable({
+    memory: { rememberedKey: activeKeys.remembered, countHit, finalPages: true },
+
     async migrate(onApplied?: (name: string, ms: number) => void) {
       const names: string[] = [];
       // IMMEDIATE: a second process migrating at the same moment waits instead of racing, then

@@ -58,11 +58,35 @@ export type OnceOutcome =
   /** Another request with the key is being processed right now (on any instance). */
   | { kind: 'in_flight' };
 
+/** An active API key as the stores find it: its id and its stored hash. */
+export interface ActiveKey {
+  id: number;
+  hash: Buffer;
+}
+
+/** What a store answers from this process's memory, synchronously: no database work, no promise. */
+export interface StoreMemory {
+  /** The active key with this hash, when the store found it active in the last 500 ms (see key-memory.ts). */
+  rememberedKey(hash: Buffer): ActiveKey | undefined;
+  /** countHit, when the store counts in this process (SQLite): the same count, at once. */
+  countHit?(subject: string, windowStart: number): number;
+  /**
+   * True when a page of animals that another animal follows can never change, so it may be
+   * kept and sent again: ids are assigned in commit order and animals are never changed or
+   * removed (SQLite, whose writers take turns). PostgreSQL takes ids from a sequence before
+   * commit, so a lower id can become visible after a higher one: false there.
+   */
+  finalPages: boolean;
+}
+
 /**
  * Everything the service keeps. Implementations know SQL; nothing above them does, and they
  * know nothing of HTTP.
  */
 export interface Store {
+  /** Passed through untouched by wrappers: see wrapMethods. */
+  readonly memory: StoreMemory;
+
   /**
    * Applies the migrations not yet applied; returns their names. `onApplied` hears of each one
    * as soon as it has run, so a long migration shows progress.
@@ -90,7 +114,7 @@ export interface Store {
 
   createKey(key: NewKeyRecord): Promise<KeyRecord>;
   /** The hash of the active (not revoked) key with this hash, if any. */
-  findActiveKey(hash: Buffer): Promise<{ id: number; hash: Buffer } | undefined>;
+  findActiveKey(hash: Buffer): Promise<ActiveKey | undefined>;
   listKeys(): Promise<KeyRecord[]>;
   /** Creates the key only if the store has no key at all, atomically; else undefined. */
   createFirstKey(key: NewKeyRecord): Promise<KeyRecord | undefined>;
@@ -115,4 +139,30 @@ export class StoreUnavailableError extends Error {
     super(`The database cannot be reached: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
     this.name = 'StoreUnavailableError';
   }
+}
+
+type Method = (...args: unknown[]) => Promise<unknown>;
+
+/** Every method of `store`, own or inherited, so a Store written as a class is wrapped too. */
+function methodNames(store: Store): string[] {
+  const names = new Set<string>();
+  for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+    for (const name of Object.getOwnPropertyNames(o)) {
+      if (name !== 'constructor' && typeof (store as unknown as Record<string, unknown>)[name] === 'function') {
+        names.add(name);
+      }
+    }
+  }
+  return [...names];
+}
+
+/**
+ * `store` with every method replaced by what `wrap` makes of it; `memory` is passed through,
+ * since its members answer synchronously and are no database work to time or translate.
+ */
+export function wrapMethods(store: Store, wrap: (name: string, method: Method) => Method): Store {
+  const wrapped: Record<string, unknown> = { memory: store.memory };
+  const methods = store as unknown as Record<string, Method>;
+  for (const name of methodNames(store)) wrapped[name] = wrap(name, methods[name]!.bind(store));
+  return wrapped as unknown as Store;
 }

@@ -1,0 +1,208 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { openSqliteStore } from '../src/store/sqlite.js';
+import type { Store } from '../src/store/store.js';
+import { startApp, tempSqliteStore, type TestApp } from './helpers.js';
+import { exchange, parseResponse } from './raw.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+interface Listening extends TestApp {
+  port: number;
+  /** Requests that went through Fastify's lifecycle (its onRequest hooks ran). */
+  throughFastify: () => number;
+  get(path: string, init?: RequestInit): Promise<Response>;
+}
+
+/** The service on a real socket (the page cache answers in front of Fastify, which `inject` skips). */
+async function listening(
+  t: TestContext,
+  { pets = 45, env = {}, store }: { pets?: number; env?: Record<string, string>; store?: Store } = {},
+): Promise<Listening> {
+  const app = await startApp(t, { env, store });
+  let fastify = 0;
+  app.app.addHook('onRequest', (_request, _reply, done) => {
+    fastify += 1;
+    done();
+  });
+  for (let i = 1; i <= pets; i++)
+    await app.store.createPet({ name: `Pet ${i}`, categoryId: BigInt(i), status: 'available' });
+  await app.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.app.server.address() as { port: number };
+  const get = (path: string, init: RequestInit = {}) =>
+    fetch(`http://127.0.0.1:${port}${path}`, {
+      ...init,
+      headers: { authorization: `Bearer ${app.key}`, ...(init.headers as Record<string, string>) },
+    });
+  return { ...app, port, throughFastify: () => fastify, get };
+}
+
+const fieldsOf = (response: Response) => {
+  const fields = Object.fromEntries(response.headers);
+  delete fields.date;
+  return fields;
+};
+
+test('a full page asked for again is answered from the cache, field for field as the route answered it', async (t) => {
+  const app = await listening(t);
+  const first = await app.get('/v1/pets?limit=20');
+  const firstBody = await first.text();
+  assert.equal(app.throughFastify(), 1);
+  const second = await app.get('/v1/pets?limit=20');
+  const secondBody = await second.text();
+  assert.equal(app.throughFastify(), 1, 'the second answer came through Fastify');
+
+  assert.equal(second.status, 200);
+  assert.equal(secondBody, firstBody);
+  assert.equal(JSON.parse(secondBody).length, 20);
+  const [a, b] = [fieldsOf(first), fieldsOf(second)];
+  assert.match(a['x-request-id']!, UUID);
+  assert.match(b['x-request-id']!, UUID);
+  assert.notEqual(a['x-request-id'], b['x-request-id']);
+  assert.equal(a.ratelimit, '"default";r=5999;t=60');
+  assert.equal(b.ratelimit, '"default";r=5998;t=60');
+  for (const fields of [a, b]) {
+    delete fields['x-request-id'];
+    delete fields.ratelimit;
+  }
+  assert.deepEqual(b, a);
+  assert.equal(a.link, `</v1/pets?limit=20&cursor=${Buffer.from(':20').toString('base64url')}>; rel="next"`);
+  assert.equal(a['content-type'], 'application/json; charset=utf-8');
+  assert.equal(a['cache-control'], 'no-store');
+  assert.equal(a['x-content-type-options'], 'nosniff');
+  assert.equal(a['content-length'], String(Buffer.byteLength(firstBody)));
+
+  // Counted and timed like any other answer.
+  const metrics = await (await app.get('/metrics')).text();
+  assert.match(metrics, /^petstore_http_requests_total\{operation="listPets",method="GET",status="200"\} 2$/m);
+  assert.match(
+    metrics,
+    /^petstore_http_request_duration_seconds_count\{operation="listPets",method="GET",status="200"\} 2$/m,
+  );
+});
+
+test('a cached page is sent even when the store fails: the rows are not read again', async (t) => {
+  const { store: real } = await tempSqliteStore(t);
+  let fail = false;
+  const store: Store = {
+    ...real,
+    listPets: (query) => (fail ? Promise.reject(new Error('disk gone')) : real.listPets(query)),
+  };
+  const app = await listening(t, { store });
+  const first = await (await app.get('/v1/pets?limit=10&status=available')).text();
+  fail = true;
+  const again = await app.get('/v1/pets?limit=10&status=available');
+  assert.equal(again.status, 200);
+  assert.equal(await again.text(), first);
+  // HEAD goes through Fastify, whose route sends the same cached page.
+  const head = await app.get('/v1/pets?limit=10&status=available', { method: 'HEAD' });
+  assert.equal(head.status, 200);
+  assert.equal(head.headers.get('content-length'), String(Buffer.byteLength(first)));
+  // A page not asked for before is read, and fails.
+  assert.equal((await app.get('/v1/pets?limit=11&status=available')).status, 500);
+});
+
+test('the last page of a listing is read afresh, so a new animal shows on it at once', async (t) => {
+  const app = await listening(t, { pets: 30 });
+  const first = await app.get('/v1/pets?limit=20');
+  const next = /<([^>]+)>; rel="next"/.exec(first.headers.get('link')!)![1]!;
+  const firstBody = await first.text();
+  const count = async () => ((await (await app.get(next)).json()) as unknown[]).length;
+  assert.equal(await count(), 10);
+  assert.equal(await count(), 10);
+  await app.store.createPet({ name: 'Newcomer', categoryId: 1n, status: 'available' });
+  const last = (await (await app.get(next)).json()) as { name: string }[];
+  assert.equal(last.length, 11);
+  assert.equal(last.at(-1)!.name, 'Newcomer');
+  assert.equal(await (await app.get('/v1/pets?limit=20')).text(), firstBody);
+  // No Link on a page that ends the listing, and so nothing cached: each was read.
+  assert.equal((await app.get(next)).headers.get('link'), null);
+});
+
+test('a key revoked elsewhere is refused on a cached page within one second', async (t) => {
+  const { store, path } = await tempSqliteStore(t);
+  const app = await listening(t, { store });
+  assert.equal((await app.get('/v1/pets?limit=5')).status, 200);
+  assert.equal((await app.get('/v1/pets?limit=5')).status, 200);
+  // Another process's store, as `petstore keys revoke` would use.
+  const other = openSqliteStore(path);
+  t.after(() => other.close());
+  await other.migrate();
+  const [key] = await other.listKeys();
+  assert.equal(await other.revokeKey(key!.id, new Date()), true);
+  const revokedAt = Date.now();
+  let response = await app.get('/v1/pets?limit=5');
+  while (response.status === 200) {
+    assert.ok(Date.now() - revokedAt < 1000, 'a revoked key was still served a second later');
+    await sleep(20);
+    response = await app.get('/v1/pets?limit=5');
+  }
+  assert.equal(response.status, 401);
+  assert.equal(response.headers.get('www-authenticate'), 'Bearer realm="petstore", error="invalid_token"');
+  assert.equal(((await response.json()) as { code: string }).code, 'unauthorized');
+});
+
+test('cached answers count toward the rate limit once each, and past it get 429 with the RateLimit fields', async (t) => {
+  const app = await listening(t, { env: { PETSTORE_RATE_LIMIT: '4' } });
+  const remaining = [];
+  for (let i = 0; i < 4; i++) {
+    const response = await app.get('/v1/pets?limit=20');
+    assert.equal(response.status, 200);
+    remaining.push(response.headers.get('ratelimit'));
+  }
+  assert.deepEqual(
+    remaining,
+    [0, 1, 2, 3].map((used) => `"default";r=${3 - used};t=60`),
+  );
+  const refused = await app.get('/v1/pets?limit=20');
+  assert.equal(refused.status, 429);
+  assert.equal(refused.headers.get('ratelimit'), '"default";r=0;t=60');
+  assert.equal(refused.headers.get('ratelimit-policy'), '"default";q=4;w=60');
+  assert.equal(refused.headers.get('retry-after'), '60');
+  assert.match(refused.headers.get('x-request-id')!, UUID);
+  assert.equal(((await refused.json()) as { code: string }).code, 'rate_limited');
+});
+
+test('anything but a remembered key on a cached URL gets the route’s own answer', async (t) => {
+  const app = await listening(t);
+  await app.get('/v1/pets?limit=20');
+  const missing = await fetch(`http://127.0.0.1:${app.port}/v1/pets?limit=20`);
+  assert.equal(missing.status, 401);
+  assert.equal(missing.headers.get('www-authenticate'), 'Bearer realm="petstore"');
+  const wrong = await app.get('/v1/pets?limit=20', { headers: { authorization: `Bearer psk_${'A'.repeat(43)}` } });
+  assert.equal(wrong.status, 401);
+  assert.equal(wrong.headers.get('www-authenticate'), 'Bearer realm="petstore", error="invalid_token"');
+  const basic = await app.get('/v1/pets?limit=20', { headers: { authorization: 'Basic dXNlcjpwYXNz' } });
+  assert.equal(basic.status, 401);
+  // RFC 9112 section 3.2: HTTP/1.1 without Host is a 400, cached URL or not.
+  const raw = parseResponse(
+    await exchange(app.port, `GET /v1/pets?limit=20 HTTP/1.1\r\nAuthorization: Bearer ${app.key}\r\n\r\n`),
+  );
+  assert.equal(raw.statusLine, 'HTTP/1.1 400 Bad Request');
+  assert.equal(JSON.parse(raw.body).code, 'invalid_request');
+  // A wrong method on the same URL is still a 405.
+  assert.equal((await app.get('/v1/pets?limit=20', { method: 'PUT' })).status, 405);
+});
+
+test('with CORS on, or on a store whose pages can change, every page is read from the store', async (t) => {
+  for (const { env, finalPages } of [
+    { env: { PETSTORE_CORS_ORIGINS: 'https://shop.example' }, finalPages: true },
+    { env: {}, finalPages: false },
+  ]) {
+    const { store: real } = await tempSqliteStore(t);
+    let reads = 0;
+    const store: Store = {
+      ...real,
+      memory: { ...real.memory, finalPages },
+      listPets: (query) => {
+        reads += 1;
+        return real.listPets(query);
+      },
+    };
+    const app = await listening(t, { store, env, pets: 25 });
+    for (let i = 0; i < 3; i++) assert.equal((await app.get('/v1/pets?limit=20')).status, 200);
+    assert.equal(reads, 3);
+    assert.equal(app.throughFastify(), 3);
+  }
+});
