@@ -9,8 +9,8 @@ import { pinned, ROOT } from './processes.js';
 export interface Load {
   /** Path and query of the GET (or the mix's GET). */
   path: string;
-  kind: 'get' | 'getPet' | 'create' | 'mix';
-  /** getPet picks ids in [low, high]. */
+  kind: 'get' | 'getPet' | 'pages' | 'create' | 'mix';
+  /** getPet picks ids in [low, high]; pages lists the page after such an id. */
   ids?: [number, number];
   key?: string;
 }
@@ -38,6 +38,7 @@ const lua = (name: string) => readFileSync(`${ROOT}bench/lua/${name}.lua`, 'utf8
 function scriptFor(load: Load, ports: number[]): string | undefined {
   const parts: string[] = [];
   if (load.kind === 'getPet') parts.push(`LOW, HIGH = ${load.ids![0]}, ${load.ids![1]}`, lua('get-pet'));
+  if (load.kind === 'pages') parts.push(`LOW, HIGH = ${load.ids![0]}, ${load.ids![1]}`, lua('random-page'));
   if (load.kind === 'create') parts.push(lua('create-pet'));
   if (load.kind === 'mix') parts.push(lua('mix'));
   if (ports.length > 1) parts.push(`PORTS = { ${ports.join(', ')} }`, lua('spread'));
@@ -92,15 +93,19 @@ async function runAutocannon(load: Load, ports: number[], seconds: number): Prom
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (load.key) headers.authorization = `Bearer ${load.key}`;
   const [low, high] = load.ids ?? [1, 1];
+  const randomId = () => low + Math.floor(Math.random() * (high - low + 1));
   const request =
     load.kind === 'create'
       ? create
-      : load.kind === 'getPet'
+      : load.kind === 'getPet' || load.kind === 'pages'
         ? {
             method: 'GET' as const,
             setupRequest: (r: autocannon.Request) => ({
               ...r,
-              path: `/v1/pets/${low + Math.floor(Math.random() * (high - low + 1))}`,
+              path:
+                load.kind === 'getPet'
+                  ? `/v1/pets/${randomId()}`
+                  : `${load.path}&cursor=${Buffer.from(`:${randomId()}`).toString('base64url')}`,
             }),
           }
         : { method: 'GET' as const };

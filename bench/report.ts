@@ -57,6 +57,7 @@ const LABELS: Record<string, string> = {
   list: 'list, limit 20',
   filtered: 'list, status filter',
   deep: 'list, cursor near the end',
+  pages: 'list, random page',
   getPet: 'getPet, random id',
   create: 'createPet',
   mix: '90% list / 10% create',
@@ -143,7 +144,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
       `| workload | 10,000: req/s (÷ bare GET) | ${int(pets)}: req/s (÷ bare GET) | ${int(pets)} ÷ 10,000 |`,
       '|---|---:|---:|---:|',
     );
-    for (const workload of ['list', 'filtered', 'deep', 'getPet']) {
+    for (const workload of ['list', 'filtered', 'deep', 'pages', 'getPet']) {
       const base = figures('sqlite-10000', workload)!;
       const big = figures(`sqlite-${pets}`, workload)!;
       // Ratios to bare GET, each from its own pairs: the machine's load cancels out.
@@ -188,6 +189,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     `- Machine: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; shared, so absolute figures are noisy: read the ratios.`,
     `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload of every server for ${info.seconds} s between samples of ${info.seconds} s of the bare server; medians shown.`,
     '- **Rate limits were off** for the run (`PETSTORE_RATE_LIMIT=off`, `PETSTORE_AUTH_FAILURE_LIMIT=off`); everything else as shipped: API key checked on every request, validation, int64-exact JSON, `Link` headers, `synchronous=FULL`, `LOG_LEVEL=warn`.',
+    '- **Page cache**: on SQLite, a listPets page that another animal follows never changes, and is sent again from memory (src/pets/page-cache.ts). "list, limit 20", "status filter" and "cursor near the end" ask for one page over and over, so after the first request they measure that path, key check included; "random page" asks for the page after a random stored id each time, mostly one not kept (at most 1 in 6 is, with 10,000 pets), read from the database. PostgreSQL keeps no pages.',
     `- Service started as \`node ${[...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? '' : ' (no node flags; src/heap.ts keeps the young generation small)'}.`,
     `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by the mean of the bare GET samples just before and just after it (bare GET median: ${int(bareRps)} req/s).`,
     '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds. "CPU µs per answer": the server process\'s user and system CPU time during the sample divided by the answers it sent (median), from `/proc/<pid>/stat`; it includes the kernel\'s loopback TCP work, and is the figure the machine\'s other load moves least.',
@@ -232,7 +234,7 @@ function drawChart(measured: Measured[], bareRps: number): string {
     })),
     { target: 'pg-1', label: 'PostgreSQL, one instance', color: '#d08a2e' },
   ].filter((s) => measured.some((m) => m.target === s.target));
-  const workloads = ['list', 'filtered', 'deep', 'getPet', 'create', 'mix'];
+  const workloads = ['list', 'filtered', 'deep', 'pages', 'getPet', 'create', 'mix'];
   const bar = 14;
   const groupHeight = series.length * bar + 12;
   const left = 190;

@@ -39,7 +39,7 @@ if (petCounts.some((n) => !Number.isInteger(n) || n < 100) || ![rounds, seconds,
   throw new Error('--pets takes whole numbers of at least 100; --rounds, --duration and --warmup positive numbers');
 }
 
-export type WorkloadName = 'list' | 'filtered' | 'deep' | 'getPet' | 'create' | 'mix';
+export type WorkloadName = 'list' | 'filtered' | 'deep' | 'pages' | 'getPet' | 'create' | 'mix';
 
 function workload(name: WorkloadName, pets: number, key: string): Load {
   switch (name) {
@@ -53,6 +53,8 @@ function workload(name: WorkloadName, pets: number, key: string): Load {
         path: `/v1/pets?limit=20&cursor=${encodeCursor({ afterId: BigInt(pets - 50), status: undefined })}`,
         key,
       };
+    case 'pages':
+      return { kind: 'pages', path: '/v1/pets?limit=20', ids: [1, pets - 21], key };
     case 'getPet':
       return { kind: 'getPet', path: '/v1/pets/1', ids: [1, pets], key };
     case 'create':
@@ -62,7 +64,7 @@ function workload(name: WorkloadName, pets: number, key: string): Load {
   }
 }
 
-const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'getPet'];
+const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
 // Reads first in a round: the writes grow the store the next round reads.
 const ALL: WorkloadName[] = [...READS, 'create', 'mix'];
 

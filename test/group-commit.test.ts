@@ -69,6 +69,31 @@ test('a failed commit fails every create in its group and stores none of them', 
   db.close();
 });
 
+test('one statement each: a failing one fails alone, and one after which SQLite rolled the transaction back fails the group', async () => {
+  const db = new Database(':memory:');
+  db.exec(`CREATE TABLE items (n INTEGER NOT NULL CHECK (n <> 2));
+    CREATE TRIGGER undo BEFORE INSERT ON items WHEN NEW.n = 9 BEGIN SELECT RAISE(ROLLBACK, 'undone'); END`);
+  const insert = db.prepare('INSERT INTO items (n) VALUES (?)');
+  const group = groupCommits(db, (n: number) => insert.run(n).changes, { oneStatementEach: true });
+  const count = () => db.prepare('SELECT count(*) FROM items').pluck().get();
+  const alone = await Promise.allSettled([group.call(1), group.call(2), group.call(3)]);
+  assert.deepEqual(
+    alone.map((outcome) => outcome.status),
+    ['fulfilled', 'rejected', 'fulfilled'],
+  );
+  assert.equal(count(), 2);
+  // RAISE(ROLLBACK) ends the whole transaction: nothing of the group may be stored, not even
+  // the creates after it (which would otherwise each commit on their own).
+  const undone = await Promise.allSettled([group.call(4), group.call(9), group.call(5)]);
+  assert.deepEqual(
+    undone.map((outcome) => outcome.status),
+    ['rejected', 'rejected', 'rejected'],
+  );
+  assert.equal(count(), 2);
+  assert.equal(await group.call(6), 1, 'the next group commits again');
+  db.close();
+});
+
 test('concurrent POSTs each get a 201 with their own id, and each Location serves what was answered', async (t) => {
   const { call } = await startApp(t);
   const responses = await Promise.all(

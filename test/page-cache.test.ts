@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { CACHE_BYTES, FULL_ADMITS_ONE_IN, PageCache } from '../src/pets/page-cache.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Store } from '../src/store/store.js';
 import { startApp, tempSqliteStore, type TestApp } from './helpers.js';
@@ -44,14 +45,16 @@ const fieldsOf = (response: Response) => {
   return fields;
 };
 
-test('a full page asked for again is answered from the cache, field for field as the route answered it', async (t) => {
+test('a full page asked for a third time is answered from the cache, field for field as the route answered it', async (t) => {
   const app = await listening(t);
   const first = await app.get('/v1/pets?limit=20');
   const firstBody = await first.text();
-  assert.equal(app.throughFastify(), 1);
+  // The second request for a URL keeps its page (a walk that visits each page once keeps none).
+  await (await app.get('/v1/pets?limit=20')).text();
+  assert.equal(app.throughFastify(), 2);
   const second = await app.get('/v1/pets?limit=20');
   const secondBody = await second.text();
-  assert.equal(app.throughFastify(), 1, 'the second answer came through Fastify');
+  assert.equal(app.throughFastify(), 2, 'the third answer came through Fastify');
 
   assert.equal(second.status, 200);
   assert.equal(secondBody, firstBody);
@@ -61,7 +64,7 @@ test('a full page asked for again is answered from the cache, field for field as
   assert.match(b['x-request-id']!, UUID);
   assert.notEqual(a['x-request-id'], b['x-request-id']);
   assert.equal(a.ratelimit, '"default";r=5999;t=60');
-  assert.equal(b.ratelimit, '"default";r=5998;t=60');
+  assert.equal(b.ratelimit, '"default";r=5997;t=60');
   for (const fields of [a, b]) {
     delete fields['x-request-id'];
     delete fields.ratelimit;
@@ -75,10 +78,10 @@ test('a full page asked for again is answered from the cache, field for field as
 
   // Counted and timed like any other answer.
   const metrics = await (await app.get('/metrics')).text();
-  assert.match(metrics, /^petstore_http_requests_total\{operation="listPets",method="GET",status="200"\} 2$/m);
+  assert.match(metrics, /^petstore_http_requests_total\{operation="listPets",method="GET",status="200"\} 3$/m);
   assert.match(
     metrics,
-    /^petstore_http_request_duration_seconds_count\{operation="listPets",method="GET",status="200"\} 2$/m,
+    /^petstore_http_request_duration_seconds_count\{operation="listPets",method="GET",status="200"\} 3$/m,
   );
 });
 
@@ -91,6 +94,9 @@ test('a cached page is sent even when the store fails: the rows are not read aga
   };
   const app = await listening(t, { store });
   const first = await (await app.get('/v1/pets?limit=10&status=available')).text();
+  await (await app.get('/v1/pets?limit=10&status=available')).text();
+  // Asked for once only: not kept.
+  assert.equal((await app.get('/v1/pets?limit=11&status=available')).status, 200);
   fail = true;
   const again = await app.get('/v1/pets?limit=10&status=available');
   assert.equal(again.status, 200);
@@ -99,7 +105,7 @@ test('a cached page is sent even when the store fails: the rows are not read aga
   const head = await app.get('/v1/pets?limit=10&status=available', { method: 'HEAD' });
   assert.equal(head.status, 200);
   assert.equal(head.headers.get('content-length'), String(Buffer.byteLength(first)));
-  // A page not asked for before is read, and fails.
+  // A page asked for once before was not kept: it is read, and fails.
   assert.equal((await app.get('/v1/pets?limit=11&status=available')).status, 500);
 });
 
@@ -205,4 +211,33 @@ test('with CORS on, or on a store whose pages can change, every page is read fro
     assert.equal(reads, 3);
     assert.equal(app.throughFastify(), 3);
   }
+});
+
+test('PageCache keeps a page from its second request on, within CACHE_BYTES, and once full takes few new ones', () => {
+  const pages = new PageCache();
+  const page = (i: number) => ({ body: `[${'x'.repeat(1000)}${i}]`, bytes: 1004, link: `<next ${i}>` });
+  const offer = (i: number) => {
+    const url = `/v1/pets?cursor=${i}`;
+    if (pages.wanted(url)) pages.set(url, page(i));
+  };
+  offer(0);
+  assert.equal(pages.get('/v1/pets?cursor=0'), undefined, 'kept after one request');
+  offer(0);
+  assert.deepEqual(pages.get('/v1/pets?cursor=0'), page(0));
+  let i = 1;
+  while (pages.size + 1100 <= CACHE_BYTES) {
+    offer(i);
+    offer(i);
+    i += 1;
+  }
+  const full = i;
+  for (let n = 0; n < FULL_ADMITS_ONE_IN * 10; n++, i++) {
+    offer(i);
+    offer(i);
+  }
+  assert.ok(pages.size <= CACHE_BYTES, `${pages.size} kept`);
+  const kept = Array.from({ length: i - full }, (_, n) => pages.get(`/v1/pets?cursor=${full + n}`)).filter(Boolean);
+  assert.equal(kept.length, 10, 'once full, one new page in FULL_ADMITS_ONE_IN is kept');
+  assert.equal(pages.get('/v1/pets?cursor=0'), undefined, 'the oldest made room');
+  assert.deepEqual(pages.get(`/v1/pets?cursor=${full - 1}`), page(full - 1));
 });

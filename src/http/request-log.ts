@@ -40,9 +40,9 @@ export function loggingOptions(
  * `durationMs`.
  */
 export function logRequests(app: FastifyInstance): void {
-  app.addHook('onSend', (request, reply, payload, done) => {
+  app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
-    done(null, payload);
+    done();
   });
   app.addHook('onResponse', (request, reply, done) => {
     logAnswer(request.log, undefined, {

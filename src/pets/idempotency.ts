@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import type { Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import type { IdempotencyClaim } from '../store/store.js';
@@ -67,11 +67,17 @@ declare module 'fastify' {
 
 /**
  * `preValidation` hook: reads `Idempotency-Key` and fingerprints the body as sent, before
- * validation fills in defaults.
+ * validation fills in defaults. A callback hook: it costs no promise.
  */
-export async function readIdempotencyKey(request: FastifyRequest) {
-  const key = parseIdempotencyKey(request.headers['idempotency-key']);
+export function readIdempotencyKey(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
+  let key: string | undefined;
+  try {
+    key = parseIdempotencyKey(request.headers['idempotency-key']);
+  } catch (error) {
+    return done(error as Error);
+  }
   if (key !== undefined) request.idempotency = { key, fingerprint: fingerprint(request.body) };
+  done();
 }
 
 /**

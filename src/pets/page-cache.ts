@@ -4,42 +4,81 @@ import { holdAdmission, type Admission, type Gate } from '../http/auth.js';
 import { countAnswer, type Metrics } from '../http/metrics.js';
 import { logAnswer, readRequestId } from '../http/request-log.js';
 
-/** A page of animals as listPets sent it: the body's bytes and its `Link` to the next page. */
+/** A page of animals as listPets sent it: the body, its length in bytes and its `Link` to the next page. */
 export interface SentPage {
-  body: Buffer;
+  // A string, not a Buffer: small Buffers are slices of shared 8 KiB slabs, each of which a
+  // kept page would hold on to.
+  body: string;
+  bytes: number;
   link: string;
 }
 
-// About 1,500 pages of 20 animals: the first pages of every filter and the pages clients are
+// About 800 pages of 20 animals: the first pages of every filter and the pages clients are
 // walking through, well inside the 100 MB the service runs in.
-const CACHE_BYTES = 2 * 1024 * 1024;
+export const CACHE_BYTES = 1024 * 1024;
+
+// Slots of the table of URLs asked for once, by hash (no string kept: see FULL_ADMITS_ONE_IN).
+const SEEN_SLOTS = 4096;
+// Once full, one page in this many that would be kept replaces the oldest. Objects that live a
+// while and are then dropped are garbage in V8's old generation, which grows (and the process
+// with it) when that comes fast; requests spread over more pages than fit would churn it so.
+export const FULL_ADMITS_ONE_IN = 64;
+
+/** FNV-1a, 32 bits, over the UTF-16 code units: cheap, and a collision only keeps a page early. */
+function hashUrl(url: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < url.length; i++) hash = Math.imul(hash ^ url.charCodeAt(i), 0x01000193);
+  return hash >>> 0;
+}
 
 /**
  * listPets answers that can be sent again, by request URL. Only a page another animal follows
  * is kept, and only when the store says such a page never changes (`StoreMemory.finalPages`):
  * ids grow in commit order and animals are never changed or removed, so every request for that
- * URL would read the very same rows. The last page of a listing is always read afresh. Oldest
- * pages are dropped first past CACHE_BYTES.
+ * URL would read the very same rows. The last page of a listing is always read afresh. A page
+ * is kept when its URL is asked for a second time, so a walk through the catalogue that visits
+ * each page once keeps nothing. Past CACHE_BYTES, a new page replaces the oldest ones only now
+ * and then (FULL_ADMITS_ONE_IN).
  */
 export class PageCache {
   #pages = new Map<string, SentPage>();
   #bytes = 0;
+  #seen = new Uint32Array(SEEN_SLOTS);
+  #turnedAway = 0;
+
+  /** What the kept pages weigh, in UTF-16 code units of URL, body and link. */
+  get size(): number {
+    return this.#bytes;
+  }
 
   get(url: string): SentPage | undefined {
     return this.#pages.get(url);
   }
 
+  /** True when a page for `url` should be kept: it was asked for before. */
+  wanted(url: string): boolean {
+    const hash = hashUrl(url) || 1;
+    const slot = hash % SEEN_SLOTS;
+    if (this.#seen[slot] === hash) return true;
+    this.#seen[slot] = hash;
+    return false;
+  }
+
   set(url: string, page: SentPage): void {
     if (this.#pages.has(url)) return;
+    const size = sizeOf(url, page);
+    if (this.#bytes + size > CACHE_BYTES && ++this.#turnedAway % FULL_ADMITS_ONE_IN !== 0) return;
     this.#pages.set(url, page);
-    this.#bytes += url.length + page.body.length + page.link.length;
-    for (const [oldest, { body, link }] of this.#pages) {
+    this.#bytes += size;
+    for (const [oldest, kept] of this.#pages) {
       if (this.#bytes <= CACHE_BYTES) break;
       this.#pages.delete(oldest);
-      this.#bytes -= oldest.length + body.length + link.length;
+      this.#bytes -= sizeOf(oldest, kept);
     }
   }
 }
+
+const sizeOf = (url: string, { body, link }: SentPage) => url.length + body.length + link.length;
 
 export interface CachedPagesDeps {
   pages: PageCache;
@@ -98,7 +137,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
       'x-request-id',
       requestId,
       'content-length',
-      String(page.body.length),
+      String(page.bytes),
     );
     response.writeHead(200, headers);
     response.end(page.body);

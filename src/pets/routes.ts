@@ -1,4 +1,10 @@
-import type { FastifyInstance, onRequestHookHandler } from 'fastify';
+import type {
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  HookHandlerDoneFunction,
+  onRequestHookHandler,
+} from 'fastify';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError, unsupportedMediaType } from '../errors.js';
@@ -71,9 +77,10 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
       const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
       const link = `</v1/pets?limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}>; rel="next"`;
       reply.header('link', link);
-      if (!pages) return pets;
+      if (!pages?.wanted(request.url)) return pets;
       // The schema's serializer, as for any answer; the bytes are kept to be sent again.
-      const page = { body: Buffer.from(reply.serialize(pets) as string), link };
+      const body = reply.serialize(pets) as string;
+      const page = { body, bytes: Buffer.byteLength(body), link };
       pages.set(request.url, page);
       return reply.type(JSON_TYPE).send(page.body);
     },
@@ -167,10 +174,8 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
 }
 
 // Fastify lets a bodiless POST with no Content-Type through; the contract makes it a 415.
-async function requireJsonBody(request: { headers: Record<string, unknown> }) {
-  if (request.headers['content-type'] === undefined) {
-    throw unsupportedMediaType();
-  }
+function requireJsonBody(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
+  done(request.headers['content-type'] === undefined ? unsupportedMediaType() : undefined);
 }
 
 export function getPet(app: FastifyInstance, { store, clock, config, authenticate }: PetDeps) {
@@ -181,11 +186,13 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
     {
       onRequest: authenticate,
       // Deprecated answers, errors included, carry the deprecation headers.
-      preValidation: async (_request, reply) => {
+      preValidation: (_request, reply, done) => {
         reply.headers(headers);
-        if (clock.now() >= sunsetMs) {
-          throw new ApiError('gone', 'getPet was removed on 2030-12-05; list animals with GET /v1/pets instead.');
-        }
+        done(
+          clock.now() >= sunsetMs
+            ? new ApiError('gone', 'getPet was removed on 2030-12-05; list animals with GET /v1/pets instead.')
+            : undefined,
+        );
       },
       schema: {
         operationId: 'getPet',

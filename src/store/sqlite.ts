@@ -121,10 +121,14 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
     const row = ready().findKey.get(hash);
     return row && { id: Number(row.id), hash: row.hash };
   });
-  const inserts = groupCommits(db, (pet: NewPetRecord): PetRecord => {
-    const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
-    return { id: BigInt(lastInsertRowid), ...pet };
-  });
+  const inserts = groupCommits(
+    db,
+    (pet: NewPetRecord): PetRecord => {
+      const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
+      return { id: BigInt(lastInsertRowid), ...pet };
+    },
+    { oneStatementEach: true },
+  );
 
   return busyAsUnavailable({
     memory: { rememberedKey: activeKeys.remembered, countHit, finalPages: true },
