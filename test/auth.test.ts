@@ -6,6 +6,7 @@ import type { InjectOptions } from 'fastify';
 import { issueKey } from '../src/keys/cli.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import { addPet, assertError, startApp, tempSqliteStore } from './helpers.js';
+import { exchange, parseResponse } from './raw.js';
 
 const CHALLENGE = 'Bearer realm="petstore"';
 const INVALID_TOKEN = 'Bearer realm="petstore", error="invalid_token"';
@@ -153,4 +154,40 @@ test('stores no key in the database file, only what cannot give it back', async 
     assert.equal(bytes.includes(key), false, `${file} holds the key`);
     assert.equal(bytes.includes(key.slice(4)), false, `${file} holds the key's random part`);
   }
+});
+
+test('one connection that changes its key between requests is judged by each key it sends', async (t) => {
+  const app = await startApp(t, { env: { PETSTORE_RATE_LIMIT: '100' } });
+  const { key: other } = await issueKey(app.store, 'other');
+  await app.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.app.server.address() as { port: number };
+  const request = (authorization: string) =>
+    `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: petstore\r\nAuthorization: ${authorization}\r\n\r\n`;
+  // One connection, its requests pipelined: the server answers them in order.
+  const raw = await exchange(
+    port,
+    [
+      request(`Bearer ${app.key}`),
+      request(`Bearer ${app.key.slice(0, -1)}${app.key.endsWith('A') ? 'B' : 'A'}`),
+      request(`Bearer ${app.key}`),
+      request(`Bearer ${other}`),
+      request(`bearer ${app.key}`),
+      request('Basic dXNlcjpwYXNz'),
+      request(`Bearer ${other}`),
+    ].join(''),
+  );
+  const answers = raw.split(/(?=HTTP\/1\.1 )/).map((text) => parseResponse(text));
+  assert.deepEqual(
+    answers.map((answer) => answer.statusLine),
+    ['200 OK', '401 Unauthorized', '200 OK', '200 OK', '200 OK', '401 Unauthorized', '200 OK'].map(
+      (s) => `HTTP/1.1 ${s}`,
+    ),
+  );
+  // Each key counted on its own.
+  assert.deepEqual(
+    answers.map((answer) => answer.headers.get('ratelimit')),
+    [99, undefined, 98, 99, 97, undefined, 98].map((r) => (r === undefined ? undefined : `"default";r=${r};t=60`)),
+  );
+  assert.equal(answers[1]!.headers.get('www-authenticate'), INVALID_TOKEN);
+  assert.equal(answers[5]!.headers.get('www-authenticate'), CHALLENGE);
 });

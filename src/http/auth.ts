@@ -52,19 +52,46 @@ export interface Gate {
    * 401 or 429 to answer. Synchronous when the store remembers the key and counts in memory.
    * An address that sent too many refused keys gets 429 before any check.
    */
-  admit(address: string, authorization: string | undefined): Admitted;
+  admit(address: string, authorization: string | undefined, connection: object): Admitted;
   /**
    * The id of the key in `authorization` when the store remembers it as active; undefined
    * when only `admit` can tell. Checks without counting anything.
    */
-  rememberedKey(authorization: string | undefined): number | undefined;
+  rememberedKey(authorization: string | undefined, connection: object): number | undefined;
   /** Counts a request by a key known to be active, as `admit` does. */
   admitKey(apiKeyId: number): Admitted;
   /** True while `admit` may refuse an address before looking at its key. */
   readonly blocksAddresses: boolean;
 }
 
+/** Whether two strings are equal, in time that depends on their length only. */
+function sameText(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let difference = 0;
+  for (let i = 0; i < a.length; i++) difference |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return difference === 0;
+}
+
+interface Credentials {
+  authorization: string;
+  token: string;
+  hash: Buffer;
+}
+
 export function createGate(store: Store, limits: RateLimits): Gate {
+  // The last credentials each connection sent: a client sends the same header on every request
+  // of a connection, and reading and hashing it again costs more than the rest of a cached answer.
+  // The header is compared in constant time, as a key would be.
+  const lastSent = new WeakMap<object, Credentials>();
+  const credentialsOf = (authorization: string | undefined, connection: object): Credentials => {
+    const last = lastSent.get(connection);
+    if (last && authorization !== undefined && sameText(last.authorization, authorization)) return last;
+    const token = readToken(authorization);
+    const credentials = { authorization: authorization!, token, hash: hashKey(token) };
+    lastSent.set(connection, credentials);
+    return credentials;
+  };
+
   const admitKey = (apiKeyId: number): Admitted => {
     const rateFields = limits.admitKey(apiKeyId);
     return rateFields instanceof Promise
@@ -86,21 +113,20 @@ export function createGate(store: Store, limits: RateLimits): Gate {
   };
 
   return {
-    admit(address, authorization) {
+    admit(address, authorization, connection) {
       limits.refuseBlocked(address);
-      const token = readToken(authorization);
-      const hash = hashKey(token);
+      const { token, hash } = credentialsOf(authorization, connection);
       const id = remembered(hash);
       return id === undefined ? lookUp(address, token, hash) : admitKey(id);
     },
-    rememberedKey(authorization) {
-      let token: string;
+    rememberedKey(authorization, connection) {
+      let credentials: Credentials;
       try {
-        token = readToken(authorization);
+        credentials = credentialsOf(authorization, connection);
       } catch {
         return undefined;
       }
-      return remembered(hashKey(token));
+      return remembered(credentials.hash);
     },
     admitKey,
     get blocksAddresses() {
@@ -137,7 +163,7 @@ export function authenticate(gate: Gate) {
     let admitted: Admitted;
     try {
       const held = (request.raw as Holding)[HELD];
-      admitted = held ? held() : gate.admit(request.ip, request.headers.authorization);
+      admitted = held ? held() : gate.admit(request.ip, request.headers.authorization, request.raw.socket);
     } catch (error) {
       return done(error as Error);
     }

@@ -108,7 +108,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     const url = request.url!;
     const page = pages.get(url);
     if (page === undefined || request.headers.host === undefined || gate.blocksAddresses || closing()) return false;
-    const apiKeyId = gate.rememberedKey(request.headers.authorization);
+    const apiKeyId = gate.rememberedKey(request.headers.authorization, request.socket);
     if (apiKeyId === undefined) return false;
     let admission: Admission;
     try {
