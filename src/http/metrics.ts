@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { AnswerMetrics } from './answer-metrics.js';
 import { petStatuses } from '../schemas.js';
 import { wrapMethods, type Store } from '../store/store.js';
 import { operationOf } from './operation.js';
@@ -22,8 +23,8 @@ function readProcessRegistry(): Registry {
 export interface Metrics {
   /** This app's metrics and the process's, in the Prometheus text format. */
   registry: Registry;
-  requests: Counter<'operation' | 'method' | 'status'>;
-  duration: Histogram<'operation' | 'method' | 'status'>;
+  /** petstore_http_requests_total and petstore_http_request_duration_seconds. */
+  answers: AnswerMetrics;
   inFlight: Gauge;
   storeDuration: Histogram<'method' | 'outcome'>;
 }
@@ -35,19 +36,15 @@ export interface Metrics {
 export function createMetrics(store: Store): Metrics {
   const registry = new Registry();
   const registers = [registry];
-  const requests = new Counter({
-    name: 'petstore_http_requests_total',
-    help: 'HTTP requests answered, by operation (operationId or route), method and status.',
-    labelNames: ['operation', 'method', 'status'] as const,
-    registers,
-  });
-  const duration = new Histogram({
-    name: 'petstore_http_request_duration_seconds',
-    help: 'Time from receiving a request to sending its response, by operation, method and status.',
-    labelNames: ['operation', 'method', 'status'] as const,
-    buckets: HTTP_BUCKETS,
-    registers,
-  });
+  const answers = new AnswerMetrics(HTTP_BUCKETS);
+  answers.register(
+    registry,
+    { requests: 'petstore_http_requests_total', duration: 'petstore_http_request_duration_seconds' },
+    {
+      requests: 'HTTP requests answered, by operation (operationId or route), method and status.',
+      duration: 'Time from receiving a request to sending its response, by operation, method and status.',
+    },
+  );
   const inFlight = new Gauge({
     name: 'petstore_http_requests_in_flight',
     help: 'Requests received and not yet answered.',
@@ -78,8 +75,7 @@ export function createMetrics(store: Store): Metrics {
   });
   return {
     registry: Registry.merge([registry, readProcessRegistry()]),
-    requests,
-    duration,
+    answers,
     inFlight,
     storeDuration,
   };
@@ -123,9 +119,7 @@ export function observeRequests(app: FastifyInstance, metrics: Metrics): void {
 
 /** Counts one answered request and how long it took. */
 export function countAnswer(metrics: Metrics, operation: string, method: string, status: number, seconds: number) {
-  const labels = { operation, method, status: String(status) };
-  metrics.requests.inc(labels);
-  metrics.duration.observe(labels, seconds);
+  metrics.answers.observe(operation, method, status, seconds);
 }
 
 /**
