@@ -66,7 +66,8 @@ function workload(name: WorkloadName, pets: number, key: string): Load {
 
 const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
 // Reads first in a round: the writes grow the store the next round reads.
-const ALL: WorkloadName[] = [...READS, 'create', 'mix'];
+const WRITES: WorkloadName[] = ['create', 'mix'];
+const ALL: WorkloadName[] = [...READS, ...WRITES];
 
 interface Target {
   id: string;
@@ -166,6 +167,7 @@ async function main() {
 
   log(`warm-up, ${warmup} s per workload`);
   for (const target of targets) for (const name of target.workloads) await measure(target, name, warmup);
+  for (const target of targets) await target.seeded?.settle?.();
 
   // Every sample sits between two of the bare server: the ratio to their mean holds however
   // busy the machine is at that moment.
@@ -182,12 +184,15 @@ async function main() {
   };
   for (let round = 1; round <= rounds; round++) {
     for (const target of targets.slice(1)) {
+      // It sat idle while the others were measured: the first sample would carry its warming up.
+      await measure(target, target.workloads[0]!, warmup);
       for (const name of target.workloads) {
         log(`round ${round}/${rounds}: ${target.id} ${name}`);
         const bareSample = await measure(bareTarget, 'list', seconds);
         addBare(bareSample);
         waiting = { ...(await measure(target, name, seconds)), bareRps: bareSample.rps };
         add(`${target.id}|${name}`, waiting);
+        if (WRITES.includes(name)) await target.seeded?.settle?.();
         if (target.walFile) walSizes.push(walSize(target.walFile));
       }
     }

@@ -58,10 +58,10 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
-  // 8 MB of pages (better-sqlite3's default is 16 MB): the pages the operations touch, the top
+  // 4 MB of pages (better-sqlite3's default is 16 MB): the pages the operations touch, the top
   // of each index and the newest rows, stay in it, and the process stays under 100 MB at peak
   // (bench/README.md); other pages come from the operating system's cache.
-  db.pragma('cache_size = -8000');
+  db.pragma('cache_size = -4000');
   db.defaultSafeIntegers(true);
 
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
