@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { runPetstore } from './processes.js';
@@ -10,8 +11,8 @@ export interface Seeded {
   pets: number;
   /**
    * Does now the background work a database would otherwise do during a later sample (PostgreSQL:
-   * autovacuum and the checkpoint that many inserts call for), so it does not take CPU time
-   * from the next server measured.
+   * autovacuum, the checkpoint that many inserts call for, and the kernel writing it out), so it
+   * does not take CPU time from the next server measured.
    */
   settle?: () => Promise<void>;
 }
@@ -80,6 +81,8 @@ export async function seedPostgres(
     settle: async () => {
       await adminQuery(inSchema.href, 'VACUUM ANALYZE pets');
       await adminQuery(url, 'CHECKPOINT');
+      // The checkpoint's writes leave the kernel's writeback to do: done now, not in a later sample.
+      spawnSync('sync');
     },
     drop: () => adminQuery(url, `DROP SCHEMA IF EXISTS ${schema} CASCADE`),
   };
