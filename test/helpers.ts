@@ -31,6 +31,17 @@ export async function tempSqliteStore(t: TestContext): Promise<{ store: Store; p
   return { store, path };
 }
 
+/** A fresh SQLite store whose `listPets` rejects, as a lost disk would, while `failing.on` is true. */
+export async function storeFailingLists(t: TestContext): Promise<{ store: Store; failing: { on: boolean } }> {
+  const { store: real } = await tempSqliteStore(t);
+  const failing = { on: false };
+  const store: Store = {
+    ...real,
+    listPets: (query) => (failing.on ? Promise.reject(new Error('disk gone')) : real.listPets(query)),
+  };
+  return { store, failing };
+}
+
 /**
  * The store HTTP tests run on when they name none: SQLite, or a fresh PostgreSQL schema when
  * `PETSTORE_TEST_STORE=postgres` (`npm test` runs the HTTP files both ways).

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import type { Store } from '../src/store/store.js';
-import { addPet, assertError, startApp, tempSqliteStore, type TestApp } from './helpers.js';
+import { addPet, assertError, startApp, storeFailingLists, tempSqliteStore, type TestApp } from './helpers.js';
 
 interface Sample {
   name: string;
@@ -185,17 +185,12 @@ test('a scrape while the database is down still answers, without petstore_pets',
 });
 
 test('petstore_store_duration_seconds times each Store method, failures apart', async (t) => {
-  const { store: real } = await tempSqliteStore(t);
-  let failNext = false;
-  const store: Store = {
-    ...real,
-    listPets: (query) => (failNext ? Promise.reject(new Error('disk gone')) : real.listPets(query)),
-  };
+  const { store, failing } = await storeFailingLists(t);
   const app = await startApp(t, { store });
   await addPet(app);
   await addPet(app);
   await app.call({ method: 'GET', url: '/v1/pets' });
-  failNext = true;
+  failing.on = true;
   assert.equal((await app.call({ method: 'GET', url: '/v1/pets' })).statusCode, 500);
   const { samples } = await scrape(app);
   assert.equal(valueOf(samples, 'petstore_store_duration_seconds_count', { method: 'createPet', outcome: 'ok' }), 2);

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CACHE_BYTES, FULL_ADMITS_ONE_IN, PageCache } from '../src/pets/page-cache.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Store } from '../src/store/store.js';
-import { startApp, tempSqliteStore, type TestApp } from './helpers.js';
+import { startApp, storeFailingLists, tempSqliteStore, type TestApp } from './helpers.js';
 import { exchange, parseResponse } from './raw.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -85,19 +85,30 @@ test('a full page asked for a third time is answered from the cache, field for f
   );
 });
 
+test('a cached answer carries the route’s fields in the route’s order, on a server with Fastify’s keep-alive', async (t) => {
+  const app = await listening(t);
+  const request = `GET /v1/pets?limit=5 HTTP/1.1\r\nHost: petstore\r\nAuthorization: Bearer ${app.key}\r\n\r\n`;
+  const answer = async () => parseResponse(await exchange(app.port, request));
+  const viaRoute = await answer();
+  await answer();
+  const fromCache = await answer();
+  assert.equal(app.throughFastify(), 2, 'the third answer came through Fastify');
+  const names = (answer: ReturnType<typeof parseResponse>) =>
+    [...answer.headers.keys()].filter((name) => !['date', 'connection', 'keep-alive'].includes(name));
+  assert.deepEqual(names(fromCache), names(viaRoute));
+  assert.equal(fromCache.body, viaRoute.body);
+  // Fastify's default keep-alive timeout, which the server in front of it keeps.
+  assert.equal(viaRoute.headers.get('keep-alive'), 'timeout=72');
+});
+
 test('a cached page is sent even when the store fails: the rows are not read again', async (t) => {
-  const { store: real } = await tempSqliteStore(t);
-  let fail = false;
-  const store: Store = {
-    ...real,
-    listPets: (query) => (fail ? Promise.reject(new Error('disk gone')) : real.listPets(query)),
-  };
+  const { store, failing } = await storeFailingLists(t);
   const app = await listening(t, { store });
   const first = await (await app.get('/v1/pets?limit=10&status=available')).text();
   await (await app.get('/v1/pets?limit=10&status=available')).text();
   // Asked for once only: not kept.
   assert.equal((await app.get('/v1/pets?limit=11&status=available')).status, 200);
-  fail = true;
+  failing.on = true;
   const again = await app.get('/v1/pets?limit=10&status=available');
   assert.equal(again.status, 200);
   assert.equal(await again.text(), first);

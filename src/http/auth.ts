@@ -80,8 +80,8 @@ interface Credentials {
 
 export function createGate(store: Store, limits: RateLimits): Gate {
   // The last credentials each connection sent: a client sends the same header on every request
-  // of a connection, and reading and hashing it again costs more than the rest of a cached answer.
-  // The header is compared in constant time, as a key would be.
+  // of a connection, so it is read and hashed once. The header is compared in constant time, as
+  // a key would be.
   const lastSent = new WeakMap<object, Credentials>();
   const credentialsOf = (authorization: string | undefined, connection: object): Credentials => {
     const last = lastSent.get(connection);

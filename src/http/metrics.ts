@@ -112,14 +112,9 @@ export function observeRequests(app: FastifyInstance, metrics: Metrics): void {
   });
   app.addHook('onResponse', (request, reply, done) => {
     if (open.delete(request)) metrics.inFlight.dec();
-    countAnswer(metrics, operationOf(request), request.method, reply.statusCode, reply.elapsedTime / 1000);
+    metrics.answers.observe(operationOf(request), request.method, reply.statusCode, reply.elapsedTime / 1000);
     done();
   });
-}
-
-/** Counts one answered request and how long it took. */
-export function countAnswer(metrics: Metrics, operation: string, method: string, status: number, seconds: number) {
-  metrics.answers.observe(operation, method, status, seconds);
 }
 
 /**

@@ -50,10 +50,14 @@ export class RateLimits {
   admitKey(apiKeyId: number): RateFields | Promise<RateFields> {
     if (this.#limit === undefined) return undefined;
     const window = windowAt(this.#clock.now(), this.#windowMs);
-    const subject = `key:${apiKeyId}`;
+    const hits = this.#countHit(`key:${apiKeyId}`, window.start);
+    return typeof hits === 'number' ? this.#judge(hits, window) : hits.then((n) => this.#judge(n, window));
+  }
+
+  /** The store's count, at once when the store counts in this process's memory (SQLite). */
+  #countHit(subject: string, windowStart: number): number | Promise<number> {
     const { memory } = this.#store;
-    if (memory.countHit) return this.#judge(memory.countHit(subject, window.start), window);
-    return this.#store.countHit(subject, window.start).then((hits) => this.#judge(hits, window));
+    return memory.countHit ? memory.countHit(subject, windowStart) : this.#store.countHit(subject, windowStart);
   }
 
   #judge(hits: number, window: ReturnType<typeof windowAt>): RateFields {
@@ -92,7 +96,7 @@ export class RateLimits {
       this.#blocked = new Map();
       this.#blockedWindow = window.start;
     }
-    const hits = await this.#store.countHit(`address:${address}`, window.start);
+    const hits = await this.#countHit(`address:${address}`, window.start);
     if (hits <= this.#failureLimit) return undefined;
     this.#blocked.set(address, window.end);
     return this.#blockedError(address, window.secondsLeft);

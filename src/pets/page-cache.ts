@@ -1,13 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import { holdAdmission, type Admission, type Gate } from '../http/auth.js';
-import { countAnswer, type Metrics } from '../http/metrics.js';
+import type { Metrics } from '../http/metrics.js';
 import { logAnswer, readRequestId } from '../http/request-log.js';
 
 /** A page of animals as listPets sent it: the body, its length in bytes and its `Link` to the next page. */
 export interface SentPage {
-  // A string, not a Buffer: small Buffers are slices of shared 8 KiB slabs, each of which a
-  // kept page would hold on to.
   body: string;
   bytes: number;
   link: string;
@@ -104,10 +102,10 @@ const OPERATION = 'listPets';
 export function answerCachedPages({ pages, gate, metrics, log, closing }: CachedPagesDeps) {
   return function answerCachedPage(request: IncomingMessage, response: ServerResponse): boolean {
     if (request.method !== 'GET') return false;
-    const started = performance.now();
     const url = request.url!;
     const page = pages.get(url);
     if (page === undefined || request.headers.host === undefined || gate.blocksAddresses || closing()) return false;
+    const started = performance.now();
     const apiKeyId = gate.rememberedKey(request.headers.authorization, request.socket);
     if (apiKeyId === undefined) return false;
     let admission: Admission;
@@ -126,23 +124,21 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     }
     const requestId = readRequestId(request);
     const { rateFields } = admission;
-    // The fields in the order the route sets them (guardRequest, authenticate, the route, onSend).
-    const headers = ['x-content-type-options', 'nosniff', 'cache-control', 'no-store'];
+    // The fields in the order the route sets them (logRequests, guardRequest, authenticate, the route).
+    const headers = ['x-request-id', requestId, 'x-content-type-options', 'nosniff', 'cache-control', 'no-store'];
     if (rateFields) headers.push('ratelimit-policy', rateFields['ratelimit-policy'], 'ratelimit', rateFields.ratelimit);
     headers.push(
       'link',
       page.link,
       'content-type',
       'application/json; charset=utf-8',
-      'x-request-id',
-      requestId,
       'content-length',
       String(page.bytes),
     );
     response.writeHead(200, headers);
     response.end(page.body);
     const seconds = (performance.now() - started) / 1000;
-    countAnswer(metrics, OPERATION, 'GET', 200, seconds);
+    metrics.answers.observe(OPERATION, 'GET', 200, seconds);
     logAnswer(log, requestId, { operation: OPERATION, method: 'GET', url, status: 200, seconds });
     return true;
   };

@@ -5,7 +5,7 @@ import type { Store } from './store.js';
 /** The store the configuration names: PostgreSQL when DATABASE_URL is set, else SQLite in a file. */
 export async function openStore(config: Config): Promise<Store> {
   if (config.databaseUrl) {
-    // Loaded only when used: the PostgreSQL client adds about 15 MB to a process that never needs it.
+    // Loaded only when used: the PostgreSQL client's modules are memory a SQLite process never needs.
     const { openPostgresStore } = await import('./postgres.js');
     return openPostgresStore(config.databaseUrl, { poolSize: config.pgPoolSize, timeoutMs: config.dbTimeoutMs });
   }
