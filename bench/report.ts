@@ -92,6 +92,9 @@ const int = (n: number) => Math.round(n).toLocaleString('en-US');
 const ms = (n: number) => (n < 10 ? n.toFixed(2) : n.toFixed(1));
 const mib = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / 1048576).toFixed(0)} MB`);
 const mark = (ok: boolean) => (ok ? 'met' : '**not met**');
+/** p99 ÷ p50, or NaN when p50 reads 0: autocannon reports whole milliseconds, so a p50 under 1 ms gives no ratio. */
+export const tailOf = ({ p50Ms, p99Ms }: { p50Ms: number; p99Ms: number }) => (p50Ms > 0 ? p99Ms / p50Ms : NaN);
+const times = (n: number) => (Number.isNaN(n) ? 'n/a' : n.toFixed(1));
 
 function table(rows: { label: string; figures: Figures }[]): string[] {
   return [
@@ -99,7 +102,7 @@ function table(rows: { label: string; figures: Figures }[]): string[] {
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows.map(
       ({ label, figures: f }) =>
-        `| ${label} | ${int(f.rps)} | ${f.ratio.toFixed(2)} | ${ms(f.p50Ms)} | ${ms(f.p99Ms)} | ${(f.p99Ms / f.p50Ms).toFixed(1)} | ${mib(f.peakRss)} | ${f.cpuMicros === undefined ? 'n/a' : f.cpuMicros.toFixed(0)} | ${f.failures} |`,
+        `| ${label} | ${int(f.rps)} | ${f.ratio.toFixed(2)} | ${ms(f.p50Ms)} | ${ms(f.p99Ms)} | ${times(tailOf(f))} | ${mib(f.peakRss)} | ${f.cpuMicros === undefined ? 'n/a' : f.cpuMicros.toFixed(0)} | ${f.failures} |`,
     ),
   ];
 }
@@ -123,7 +126,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
   const small = rowsOf('sqlite-10000');
   const list = figures('sqlite-10000', 'list')!;
   const create = figures('sqlite-10000', 'create')!;
-  const worstTail = Math.max(...small.map((r) => r.figures.p99Ms / r.figures.p50Ms));
+  const worstTail = Math.max(...small.map((r) => tailOf(r.figures)));
   const peakRss = Math.max(...small.map((r) => r.figures.peakRss ?? 0));
   const larger = [...new Set(measured.filter((m) => m.store === 'SQLite' && m.pets > 10_000).map((m) => m.pets))];
   const walEnd = Math.max(0, ...info.walEnd.map((w) => w.bytes));
@@ -131,7 +134,9 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
   const checks: string[] = [
     `| GET list ÷ bare GET ≥ ${TARGETS.list} | ${list.ratio.toFixed(2)} | ${mark(list.ratio >= TARGETS.list)} |`,
     `| POST ÷ bare GET ≥ ${TARGETS.create} (synchronous=FULL) | ${create.ratio.toFixed(2)} | ${mark(create.ratio >= TARGETS.create)} |`,
-    `| p99 ≤ ${TARGETS.tail}× p50 (worst SQLite workload) | ${worstTail.toFixed(1)}× | ${mark(worstTail <= TARGETS.tail)} |`,
+    Number.isNaN(worstTail)
+      ? `| p99 ≤ ${TARGETS.tail}× p50 (worst SQLite workload) | n/a | **not measured**: a p50 under autocannon's 1 ms resolution; install wrk |`
+      : `| p99 ≤ ${TARGETS.tail}× p50 (worst SQLite workload) | ${worstTail.toFixed(1)}× | ${mark(worstTail <= TARGETS.tail)} |`,
     `| peak RSS ≤ 100 MB | ${mib(peakRss)} | ${mark(peakRss <= TARGETS.rssBytes)} |`,
     `| WAL bounded (≤ 16 MB at any point) | ${mib(info.walMax)} max, ${mib(walEnd)} at the end | ${mark(info.walMax <= TARGETS.walBytes)} |`,
   ];

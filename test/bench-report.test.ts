@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { parseWrk } from '../bench/load.js';
-import { SUMMARY_END, SUMMARY_START } from '../bench/report.js';
+import { SUMMARY_END, SUMMARY_START, tailOf } from '../bench/report.js';
 
 const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
 
@@ -38,4 +38,9 @@ Requests/sec:  10000.50
 Transfer/sec:     12.00MB
 `;
   assert.deepEqual(parseWrk(output), { rps: 10000.5, p50Ms: 0.85, p99Ms: 1200, failures: 12 });
+});
+
+test('the tail ratio is p99 ÷ p50, and none when p50 reads 0 (autocannon, under 1 ms)', () => {
+  assert.equal(tailOf({ p50Ms: 0.8, p99Ms: 3.2 }), 4);
+  assert.ok(Number.isNaN(tailOf({ p50Ms: 0, p99Ms: 2 })));
 });

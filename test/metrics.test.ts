@@ -109,7 +109,12 @@ test('the exposition is valid text format with every documented family and proce
   assert.equal(types.get('process_cpu_seconds_total'), 'counter');
   assert.equal(types.get('process_resident_memory_bytes'), 'gauge');
   assert.equal(types.get('nodejs_eventloop_lag_seconds'), 'gauge');
+  assert.equal(types.get('nodejs_heap_size_used_bytes'), 'gauge');
+  assert.equal(types.get('nodejs_heap_space_size_used_bytes'), 'gauge');
+  assert.equal(types.get('nodejs_version_info'), 'gauge');
   assert.ok(valueOf(samples, 'process_resident_memory_bytes')! > 0);
+  // Left out: it costs a PerformanceObserver entry of every garbage collection (metrics.ts).
+  assert.equal(types.has('nodejs_gc_duration_seconds'), false);
 });
 
 test('the README lists every petstore_ metric the service exposes', async (t) => {
