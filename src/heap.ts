@@ -1,8 +1,18 @@
+import { Buffer } from 'node:buffer';
 import { setFlagsFromString } from 'node:v8';
+
+// Memory settings of the service's process, measured with `npm run bench` (bench/README.md).
+// Imported first by main.ts, before anything allocates much.
 
 // Under load V8 doubles its young generation step by step up to 3 × 16 MB, which alone takes
 // peak RSS past 100 MB; kept at its starting size, the benchmark shows the same throughput
-// and a peak near 90 MB (bench/README.md). Imported first by main.ts, before anything
-// allocates much. A semi-space size given on the command line or in NODE_OPTIONS wins.
+// and a peak near 90 MB. A semi-space size given on the command line or in NODE_OPTIONS wins.
 const given = [...process.execArgv, process.env.NODE_OPTIONS ?? ''].some((flag) => flag.includes('semi-space'));
 if (!given) setFlagsFromString('--semi-space-growth-factor=1');
+
+// Node cuts small Buffers (every request body, among others) out of shared 8 KB slabs. The
+// current slab lives while some hundred bodies are cut from it, long enough to be promoted to
+// the old generation, where its 8 KB stay until a full collection; V8 waits for 64 MB of such
+// memory before it forces one. Under createPet load that was half a megabyte more RSS a second.
+// Unpooled, a small Buffer is freed with its request in the young generation.
+Buffer.poolSize = 0;
