@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
-import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import { AnswerMetrics } from './answer-metrics.js';
+import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import { AnswerMetrics, Durations } from './durations.js';
 import { petStatuses } from '../schemas.js';
 import { wrapMethods, type Store } from '../store/store.js';
 import { operationOf } from './operation.js';
@@ -43,13 +43,16 @@ export interface Metrics {
   registry: Registry;
   /** petstore_http_requests_total and petstore_http_request_duration_seconds. */
   answers: AnswerMetrics;
-  inFlight: Gauge;
-  storeDuration: Histogram<'method' | 'outcome'>;
+  /** petstore_http_requests_in_flight: a plain number, read when scraped. */
+  inFlight: { count: number };
+  /** petstore_store_duration_seconds. */
+  storeDuration: Durations;
 }
 
 /**
  * The app's metrics in a registry of its own (not prom-client's global one), so apps built in
  * one process never share or clash. `petstore_pets` is counted from `store` at scrape time.
+ * What is counted on every request is kept in plain numbers (durations.ts).
  */
 export function createMetrics(store: Store): Metrics {
   const registry = new Registry();
@@ -57,23 +60,28 @@ export function createMetrics(store: Store): Metrics {
   const answers = new AnswerMetrics(HTTP_BUCKETS);
   answers.register(
     registry,
-    { requests: 'petstore_http_requests_total', duration: 'petstore_http_request_duration_seconds' },
     {
-      requests: 'HTTP requests answered, by operation (operationId or route), method and status.',
-      duration: 'Time from receiving a request to sending its response, by operation, method and status.',
+      name: 'petstore_http_request_duration_seconds',
+      help: 'Time from receiving a request to sending its response, by operation, method and status.',
+    },
+    {
+      name: 'petstore_http_requests_total',
+      help: 'HTTP requests answered, by operation (operationId or route), method and status.',
     },
   );
-  const inFlight = new Gauge({
+  const inFlight = { count: 0 };
+  new Gauge({
     name: 'petstore_http_requests_in_flight',
     help: 'Requests received and not yet answered.',
     registers,
+    collect() {
+      this.set(inFlight.count);
+    },
   });
-  const storeDuration = new Histogram({
+  const storeDuration = new Durations(STORE_BUCKETS);
+  storeDuration.register(registry, {
     name: 'petstore_store_duration_seconds',
     help: 'Time a Store method took, by method and outcome (ok or error).',
-    labelNames: ['method', 'outcome'] as const,
-    buckets: STORE_BUCKETS,
-    registers,
   });
   new Gauge({
     name: 'petstore_pets',
@@ -101,16 +109,20 @@ export function createMetrics(store: Store): Metrics {
 
 /** `store` with the time of every method call observed in `petstore_store_duration_seconds`. */
 export function timeStore(store: Store, { storeDuration }: Metrics): Store {
-  return wrapMethods(store, (name, method) => async (...args: unknown[]) => {
-    const end = storeDuration.startTimer({ method: name });
-    try {
-      const result = await method(...args);
-      end({ outcome: 'ok' });
-      return result;
-    } catch (error) {
-      end({ outcome: 'error' });
-      throw error;
-    }
+  return wrapMethods(store, (name, method) => {
+    const ok = storeDuration.series(`${name} ok`, () => ({ method: name, outcome: 'ok' }));
+    const failed = storeDuration.series(`${name} error`, () => ({ method: name, outcome: 'error' }));
+    return async (...args: unknown[]) => {
+      const started = performance.now();
+      try {
+        const result = await method(...args);
+        ok.observe((performance.now() - started) / 1000);
+        return result;
+      } catch (error) {
+        failed.observe((performance.now() - started) / 1000);
+        throw error;
+      }
+    };
   });
 }
 
@@ -120,16 +132,16 @@ export function observeRequests(app: FastifyInstance, metrics: Metrics): void {
   // Callback hooks: no promise per request on the hot path.
   app.addHook('onRequest', (request, _reply, done) => {
     open.add(request);
-    metrics.inFlight.inc();
+    metrics.inFlight.count += 1;
     done();
   });
   // A request whose client went away is no longer in flight, answered or not.
   app.addHook('onRequestAbort', (request, done) => {
-    if (open.delete(request)) metrics.inFlight.dec();
+    if (open.delete(request)) metrics.inFlight.count -= 1;
     done();
   });
   app.addHook('onResponse', (request, reply, done) => {
-    if (open.delete(request)) metrics.inFlight.dec();
+    if (open.delete(request)) metrics.inFlight.count -= 1;
     metrics.answers.observe(operationOf(request), request.method, reply.statusCode, reply.elapsedTime / 1000);
     done();
   });
