@@ -85,6 +85,11 @@ const cleanups: (() => Promise<void>)[] = [];
 const started = Date.now();
 const log = (line: string) => process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${line}\n`);
 
+const describeSample = (bare: Sample, sample: Sample & { peakRss?: number; cpuMicros?: number }) =>
+  `  ${Math.round(sample.rps)} req/s (bare just before: ${Math.round(bare.rps)}), p50 ${sample.p50Ms} ms, ` +
+  `p99 ${sample.p99Ms} ms, ${sample.cpuMicros?.toFixed(0) ?? 'n/a'} µs CPU per answer, ` +
+  `peak RSS ${sample.peakRss === undefined ? 'n/a' : (sample.peakRss / 1048576).toFixed(0)} MB`;
+
 async function main() {
   log(
     `load from ${hasWrk() ? 'wrk' : 'autocannon (wrk not found)'}; ${pinning() ? 'pinned with taskset' : 'no taskset'}`,
@@ -192,6 +197,7 @@ async function main() {
         addBare(bareSample);
         waiting = { ...(await measure(target, name, seconds)), bareRps: bareSample.rps };
         add(`${target.id}|${name}`, waiting);
+        log(describeSample(bareSample, waiting));
         if (WRITES.includes(name)) await target.seeded?.settle?.();
         if (target.walFile) walSizes.push(walSize(target.walFile));
       }
