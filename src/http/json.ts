@@ -38,14 +38,16 @@ function rejectDuplicateKey({ key }: { key: string }): never {
 }
 
 /**
- * What the parser does not check in `text` (valid JSON): how deep it nests, and the first key
- * an object names twice (the parser reports only duplicates whose values differ; the contract
- * refuses every one). One pass over the text.
+ * What the parser does not check in `text` (valid JSON): how deep it nests, the first key an
+ * object names twice (the parser reports only duplicates whose values differ; the contract
+ * refuses every one), and whether every number is an integer of at most 15 digits with no
+ * fraction or exponent, which JavaScript's own JSON.parse reads exactly. One pass over the text.
  */
-function inspect(text: string): { depth: number; duplicateKey: string | undefined } {
+function inspect(text: string): { depth: number; duplicateKey: string | undefined; plainNumbers: boolean } {
   const objects: (Set<string> | undefined)[] = [];
   let depth = 0;
   let expectKey = false;
+  let plainNumbers = true;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22) {
@@ -54,7 +56,7 @@ function inspect(text: string): { depth: number; duplicateKey: string | undefine
       if (expectKey) {
         const key = JSON.parse(text.slice(i, end + 1)) as string;
         const keys = objects.at(-1)!;
-        if (keys.has(key)) return { depth, duplicateKey: key };
+        if (keys.has(key)) return { depth, duplicateKey: key, plainNumbers };
         keys.add(key);
         expectKey = false;
       }
@@ -68,9 +70,45 @@ function inspect(text: string): { depth: number; duplicateKey: string | undefine
       expectKey = false;
     } else if (c === 0x2c) {
       expectKey = objects.at(-1) !== undefined;
+    } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+      // A number: a sign, digits, and in JSON nothing else unless it has a fraction or exponent.
+      let end = c === 0x2d ? i + 1 : i;
+      while (end < text.length && text.charCodeAt(end) >= 0x30 && text.charCodeAt(end) <= 0x39) end++;
+      const next = text.charCodeAt(end);
+      if (end - i > 15 + (c === 0x2d ? 1 : 0) || next === 0x2e || next === 0x65 || next === 0x45) plainNumbers = false;
+      i = end - 1;
     }
   }
-  return { depth, duplicateKey: undefined };
+  return { depth, duplicateKey: undefined, plainNumbers };
+}
+
+/** `value` (from JSON.parse, every number a plain integer) with each number as a `bigint`. */
+function withBigInts(value: unknown): unknown {
+  if (typeof value === 'number') return BigInt(value);
+  if (typeof value !== 'object' || value === null) return value;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) value[i] = withBigInts(value[i]);
+    return value;
+  }
+  const object = value as Record<string, unknown>;
+  for (const key of Object.keys(object)) object[key] = withBigInts(object[key]);
+  return object;
+}
+
+/**
+ * JavaScript's JSON.parse, when it gives what the strict parser would: valid JSON whose numbers
+ * are all plain integers it reads exactly, nested no deeper than MAX_DEPTH, no key twice.
+ * Undefined otherwise, and the strict parser then reads the text and reports what is wrong.
+ */
+function parseCommonCase(text: string): unknown {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const { depth, duplicateKey, plainNumbers } = inspect(text);
+  return plainNumbers && depth <= MAX_DEPTH && duplicateKey === undefined ? withBigInts(value) : undefined;
 }
 
 const tooDeep = () => new ApiError('invalid_request', `The request body nests deeper than ${MAX_DEPTH} levels.`);
@@ -98,6 +136,8 @@ export function parseJsonBody(request: FastifyRequest, body: Buffer): unknown {
   if (text.charCodeAt(0) === 0xfeff) {
     throw new ApiError('invalid_request', 'The request body starts with a byte order mark; send JSON without one.');
   }
+  const common = parseCommonCase(text);
+  if (common !== undefined) return common;
   let value: unknown;
   try {
     value = parse(text, null, { parseNumber, onDuplicateKey: rejectDuplicateKey });
