@@ -73,6 +73,16 @@ function median(values: number[]): number {
 const ratioOf = (measured: Measured, bareRps: number) =>
   median(measured.samples.map((s) => s.rps / (s.bareRps ?? bareRps)));
 
+/**
+ * The larger store's figure over the 10,000-pet store's: the median over the rounds of the two
+ * samples of one round, each a ratio to the bare samples around it. The run takes the two back
+ * to back, so a round's pair shares the machine's load of that moment.
+ */
+export function scaleRatio(base: Pick<Measured, 'samples'>, big: Pick<Measured, 'samples'>): number {
+  const ratioToBare = (s: Measured['samples'][number]) => s.rps / (s.bareRps ?? NaN);
+  return median(big.samples.map((sample, i) => ratioToBare(sample) / ratioToBare(base.samples[i]!)));
+}
+
 function summarise(measured: Measured, bareRps: number): Figures {
   const rps = median(measured.samples.map((s) => s.rps));
   const peaks = measured.samples.map((s) => s.peakRss).filter((p): p is number => p !== undefined);
@@ -111,8 +121,10 @@ function table(rows: { label: string; figures: Figures }[]): string[] {
 export function writeReport(measured: Measured[], info: RunInfo): string[] {
   const bare = measured.find((m) => m.store === 'bare')!;
   const bareRps = median(bare.samples.map((s) => s.rps));
+  const find = (target: string, workload: string) =>
+    measured.find((m) => m.target === target && m.workload === workload);
   const figures = (target: string, workload: string) => {
-    const found = measured.find((m) => m.target === target && m.workload === workload);
+    const found = find(target, workload);
     return found && summarise(found, bareRps);
   };
   const rowsOf = (target: string) =>
@@ -152,8 +164,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     for (const workload of ['list', 'filtered', 'deep', 'pages', 'getPet']) {
       const base = figures('sqlite-10000', workload)!;
       const big = figures(`sqlite-${pets}`, workload)!;
-      // Ratios to bare GET, each from its own pairs: the machine's load cancels out.
-      const ratio = big.ratio / base.ratio;
+      const ratio = scaleRatio(find('sqlite-10000', workload)!, find(`sqlite-${pets}`, workload)!);
       scaleLines.push(
         `| ${LABELS[workload]} | ${int(base.rps)} (${base.ratio.toFixed(2)}) | ${int(big.rps)} (${big.ratio.toFixed(2)}) | ${ratio.toFixed(2)} |`,
       );
@@ -192,7 +203,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     `Written by \`${info.command}\` on ${info.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC in ${info.minutes.toFixed(1)} minutes.`,
     '',
     `- Machine: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; shared, so absolute figures are noisy: read the ratios.`,
-    `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload of every server for ${info.seconds} s between samples of ${info.seconds} s of the bare server (each server warmed for ${info.warmup} s before its first sample of a round); medians shown.`,
+    `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload in turn on every server for ${info.seconds} s between samples of ${info.seconds} s of the bare server (each server warmed for ${info.warmup} s before its first sample of a round; a workload runs on the 10,000-pet store and the larger one back to back); medians shown, and the larger store's figure over the smaller's is the median of the rounds' pairs.`,
     '- **Rate limits were off** for the run (`PETSTORE_RATE_LIMIT=off`, `PETSTORE_AUTH_FAILURE_LIMIT=off`); everything else as shipped: API key checked on every request, validation, int64-exact JSON, `Link` headers, `synchronous=FULL`, `LOG_LEVEL=warn`.',
     '- **Page cache**: on SQLite, a listPets page that another animal follows never changes, and is sent again from memory (src/pets/page-cache.ts). "list, limit 20", "status filter" and "cursor near the end" ask for one page over and over, so after the first request they measure that path, key check included; "random page" asks for the page after a random stored id each time, mostly one not kept (at most 1 in 6 is, with 10,000 pets), read from the database. PostgreSQL keeps no pages.',
     `- Service started as \`node ${[...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? '' : ' (no node flags; src/heap.ts keeps the young generation small)'}.`,

@@ -187,11 +187,16 @@ async function main() {
     if (waiting) waiting.bareRps = (waiting.bareRps! + bareSample.rps) / 2;
     waiting = undefined;
   };
+  // Workload by workload, each on every server in turn: the same workload on the 10,000 and the
+  // larger store runs back to back, so the scale comparison pairs samples taken moments apart.
+  const measuredTargets = targets.slice(1);
   for (let round = 1; round <= rounds; round++) {
-    for (const target of targets.slice(1)) {
-      // It sat idle while the others were measured: the first sample would carry its warming up.
-      await measure(target, target.workloads[0]!, warmup);
-      for (const name of target.workloads) {
+    const warmed = new Set<Target>();
+    for (const name of ALL) {
+      for (const target of measuredTargets.filter((candidate) => candidate.workloads.includes(name))) {
+        // It sat idle while the others were measured: the first sample would carry its warming up.
+        if (!warmed.has(target)) await measure(target, name, warmup);
+        warmed.add(target);
         log(`round ${round}/${rounds}: ${target.id} ${name}`);
         const bareSample = await measure(bareTarget, 'list', seconds);
         addBare(bareSample);

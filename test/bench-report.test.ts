@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { parseWrk } from '../bench/load.js';
-import { SUMMARY_END, SUMMARY_START, tailOf } from '../bench/report.js';
+import { scaleRatio, SUMMARY_END, SUMMARY_START, tailOf } from '../bench/report.js';
 
 const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
 
@@ -43,4 +43,22 @@ Transfer/sec:     12.00MB
 test('the tail ratio is p99 ÷ p50, and none when p50 reads 0 (autocannon, under 1 ms)', () => {
   assert.equal(tailOf({ p50Ms: 0.8, p99Ms: 3.2 }), 4);
   assert.ok(Number.isNaN(tailOf({ p50Ms: 0, p99Ms: 2 })));
+});
+
+test('the larger store is compared round by round: the median of each round’s pair of ratios to bare', () => {
+  const samples = (pairs: [number, number][]) => ({
+    samples: pairs.map(([rps, bareRps]) => ({ rps, bareRps, p50Ms: 1, p99Ms: 2, failures: 0 })),
+  });
+  // Ratios to bare: 0.5, 0.8, 0.3 and 0.45, 0.6, 0.27; the rounds' pairs 0.9, 0.75, 0.9.
+  const base = samples([
+    [50, 100],
+    [40, 50],
+    [30, 100],
+  ]);
+  const big = samples([
+    [45, 100],
+    [30, 50],
+    [27, 100],
+  ]);
+  assert.equal(Number(scaleRatio(base, big).toFixed(6)), 0.9);
 });
