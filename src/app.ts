@@ -14,7 +14,7 @@ import { refuseOtherMethods, routeEveryMethod, routeEveryRequest } from './http/
 import { createMetrics, observeRequests, registerMetrics, timeStore } from './http/metrics.js';
 import { parseQuery } from './http/query.js';
 import { RateLimits } from './http/rate-limit.js';
-import { loggingOptions, logRequests } from './http/request-log.js';
+import { echoRequestId, loggingOptions, logRequests } from './http/request-log.js';
 import { compileValidator } from './http/validation.js';
 import { answerCachedPages, PageCache } from './pets/page-cache.js';
 import { createPet, getPet, listPets } from './pets/routes.js';
@@ -61,8 +61,9 @@ export async function buildApp({
     requestTimeout: config.requestTimeoutMs,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     clientErrorHandler: answerClientError,
-    // Requests the router refuses (a malformed percent-encoding) get the Error body too.
-    frameworkErrors: handleError,
+    // Requests the router refuses (a malformed percent-encoding) get the Error body too. They
+    // meet no hook, so their X-Request-Id is set here.
+    frameworkErrors: (error, request, reply) => handleError(error, request, echoRequestId(request, reply)),
     // In-flight requests finish during shutdown instead of getting a non-contract 503.
     return503OnClosing: false,
     // A petId of any length reaches getPet, which answers 404 (CONTRACT.md getPet).

@@ -105,6 +105,18 @@ test('errors carry X-Request-Id too, and are logged with their operation and sta
   }
 });
 
+test('a request the router refuses (malformed percent-encoding) carries X-Request-Id too', async (t) => {
+  const { app } = await loggedApp(t);
+  const response = await app.inject({
+    method: 'GET',
+    url: '/v1/pets/%E0%A4%A',
+    headers: { 'x-request-id': 'bad-url-1' },
+  });
+  assert.equal(response.statusCode, 404);
+  assert.equal(response.json().code, 'not_found');
+  assert.equal(response.headers['x-request-id'], 'bad-url-1');
+});
+
 test('never logs a key, the Authorization header, a query string or a body, even when a request fails', async (t) => {
   const { store: real } = await tempSqliteStore(t);
   const store: Store = { ...real, getPet: () => Promise.reject(new Error('disk on fire')) };

@@ -1,6 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  type FastifyServerOptions,
+} from 'fastify';
 import type { Config } from '../config.js';
 import { operationOf } from './operation.js';
 
@@ -34,6 +41,11 @@ export function loggingOptions(
   };
 }
 
+/** Sets `X-Request-Id` on `reply`: the id the caller sent, or the one made for the request. */
+export function echoRequestId(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  return reply.header('x-request-id', request.id);
+}
+
 /**
  * Echoes the request id in `X-Request-Id` on every response, errors included, and logs one line
  * per answered request: `reqId`, `operation`, `method`, `path` (no query string), `status`,
@@ -41,7 +53,7 @@ export function loggingOptions(
  */
 export function logRequests(app: FastifyInstance): void {
   app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id);
+    echoRequestId(request, reply);
     done();
   });
   app.addHook('onResponse', (request, reply, done) => {
