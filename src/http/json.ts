@@ -95,21 +95,8 @@ function withBigInts(value: unknown): unknown {
   return object;
 }
 
-/**
- * JavaScript's JSON.parse, when it gives what the strict parser would: valid JSON whose numbers
- * are all plain integers it reads exactly, nested no deeper than MAX_DEPTH, no key twice.
- * Undefined otherwise, and the strict parser then reads the text and reports what is wrong.
- */
-function parseCommonCase(text: string): unknown {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  const { depth, duplicateKey, plainNumbers } = inspect(text);
-  return plainNumbers && depth <= MAX_DEPTH && duplicateKey === undefined ? withBigInts(value) : undefined;
-}
+// What JSON.parse gives for text that is not JSON: the strict parser then says what is wrong.
+const NOT_JSON = Symbol('not JSON');
 
 const tooDeep = () => new ApiError('invalid_request', `The request body nests deeper than ${MAX_DEPTH} levels.`);
 
@@ -136,8 +123,16 @@ export function parseJsonBody(request: FastifyRequest, body: Buffer): unknown {
   if (text.charCodeAt(0) === 0xfeff) {
     throw new ApiError('invalid_request', 'The request body starts with a byte order mark; send JSON without one.');
   }
-  const common = parseCommonCase(text);
-  if (common !== undefined) return common;
+  // JSON.parse reads valid JSON whose numbers are all plain integers exactly, and then is the
+  // reader; any other text goes through the strict parser, which also words every error.
+  let native: unknown = NOT_JSON;
+  try {
+    native = JSON.parse(text);
+  } catch {
+    // Read again below, by the strict parser.
+  }
+  let shape = native === NOT_JSON ? undefined : inspect(text);
+  if (shape?.plainNumbers && shape.depth <= MAX_DEPTH && shape.duplicateKey === undefined) return withBigInts(native);
   let value: unknown;
   try {
     value = parse(text, null, { parseNumber, onDuplicateKey: rejectDuplicateKey });
@@ -147,8 +142,8 @@ export function parseJsonBody(request: FastifyRequest, body: Buffer): unknown {
     if (error instanceof RangeError) throw tooDeep();
     throw new ApiError('invalid_request', `The request body is not valid JSON: ${(error as Error).message}.`);
   }
-  const { depth, duplicateKey } = inspect(text);
-  if (depth > MAX_DEPTH) throw tooDeep();
-  if (duplicateKey !== undefined) rejectDuplicateKey({ key: duplicateKey });
+  shape ??= inspect(text);
+  if (shape.depth > MAX_DEPTH) throw tooDeep();
+  if (shape.duplicateKey !== undefined) rejectDuplicateKey({ key: shape.duplicateKey });
   return value;
 }
