@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import autocannon from 'autocannon';
+import { encodeCursor } from '../src/pets/cursor.js';
 import { pinned, ROOT } from './processes.js';
 
 export interface Load {
@@ -105,7 +106,7 @@ async function runAutocannon(load: Load, ports: number[], seconds: number): Prom
               path:
                 load.kind === 'getPet'
                   ? `/v1/pets/${randomId()}`
-                  : `${load.path}&cursor=${Buffer.from(`:${randomId()}`).toString('base64url')}`,
+                  : `${load.path}&cursor=${encodeCursor({ afterId: BigInt(randomId()), status: undefined })}`,
             }),
           }
         : { method: 'GET' as const };

@@ -1,5 +1,6 @@
 import { cpus } from 'node:os';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { CACHE_BYTES } from '../src/pets/page-cache.js';
 import { CONNECTIONS, type Sample } from './load.js';
 import { ROOT } from './processes.js';
 
@@ -69,9 +70,13 @@ function median(values: number[]): number {
   return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
-/** The median of each sample's req/s divided by the mean of the bare GET samples around it. */
-const ratioOf = (measured: Measured, bareRps: number) =>
-  median(measured.samples.map((s) => s.rps / (s.bareRps ?? bareRps)));
+type MeasuredSample = Measured['samples'][number];
+
+/** A sample's req/s over the mean of the bare GET samples around it (`bareRps` when it has none). */
+const toBare = (sample: MeasuredSample, bareRps = NaN) => sample.rps / (sample.bareRps ?? bareRps);
+
+/** The median of each sample's ratio to the bare GET samples around it. */
+const ratioOf = (measured: Measured, bareRps: number) => median(measured.samples.map((s) => toBare(s, bareRps)));
 
 /**
  * The larger store's figure over the 10,000-pet store's: the median over the rounds of the two
@@ -79,8 +84,7 @@ const ratioOf = (measured: Measured, bareRps: number) =>
  * to back, so a round's pair shares the machine's load of that moment.
  */
 export function scaleRatio(base: Pick<Measured, 'samples'>, big: Pick<Measured, 'samples'>): number {
-  const ratioToBare = (s: Measured['samples'][number]) => s.rps / (s.bareRps ?? NaN);
-  return median(big.samples.map((sample, i) => ratioToBare(sample) / ratioToBare(base.samples[i]!)));
+  return median(big.samples.map((sample, i) => toBare(sample) / toBare(base.samples[i]!)));
 }
 
 function summarise(measured: Measured, bareRps: number): Figures {
@@ -205,7 +209,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     `- Machine: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; shared, so absolute figures are noisy: read the ratios.`,
     `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload in turn on every server for ${info.seconds} s between samples of ${info.seconds} s of the bare server (each server warmed for ${info.warmup} s before its first sample of a round; a workload runs on the 10,000-pet store and the larger one back to back); medians shown, and the larger store's figure over the smaller's is the median of the rounds' pairs.`,
     '- **Rate limits were off** for the run (`PETSTORE_RATE_LIMIT=off`, `PETSTORE_AUTH_FAILURE_LIMIT=off`); everything else as shipped: API key checked on every request, validation, int64-exact JSON, `Link` headers, `synchronous=FULL`, `LOG_LEVEL=warn`.',
-    '- **Page cache**: on SQLite, a listPets page that another animal follows never changes, and is sent again from memory (src/pets/page-cache.ts). "list, limit 20", "status filter" and "cursor near the end" ask for one page over and over, so after the first request they measure that path, key check included; "random page" asks for the page after a random stored id each time, mostly one not kept (at most 1 in 6 is, with 10,000 pets), read from the database. PostgreSQL keeps no pages.',
+    `- **Page cache**: on SQLite, a listPets page that another animal follows never changes, and is sent again from memory (src/pets/page-cache.ts). "list, limit 20", "status filter" and "cursor near the end" ask for one page over and over, so after the first request they measure that path, key check included; "random page" asks for the page after a random stored id each time, mostly one not kept (the cache holds at most ${int(CACHE_BYTES / info.bodyBytes)} pages of this size, while the 10,000-pet store has about 10,000 different ones), read from the database. PostgreSQL keeps no pages.`,
     `- Service started as \`node ${[...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? '' : ' (no node flags; src/heap.ts keeps the young generation small)'}.`,
     `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by the mean of the bare GET samples just before and just after it (bare GET median: ${int(bareRps)} req/s).`,
     '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds. "CPU µs per answer": the server process\'s user and system CPU time during the sample divided by the answers it sent (median), from `/proc/<pid>/stat`; it includes the kernel\'s loopback TCP work, and is the figure the machine\'s other load moves least.',

@@ -13,6 +13,6 @@ if (!given) setFlagsFromString('--semi-space-growth-factor=1');
 // Node cuts small Buffers (every request body, among others) out of shared 8 KB slabs. The
 // current slab lives while some hundred bodies are cut from it, long enough to be promoted to
 // the old generation, where its 8 KB stay until a full collection; V8 waits for 64 MB of such
-// memory before it forces one. Under createPet load that was half a megabyte more RSS a second.
-// Unpooled, a small Buffer is freed with its request in the young generation.
+// memory before it forces one: under createPet load RSS grew with every slab. Unpooled, a small
+// Buffer is freed with its request in the young generation.
 Buffer.poolSize = 0;

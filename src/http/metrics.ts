@@ -13,18 +13,17 @@ let processRegistry: Registry | undefined;
 
 // prom-client's default collectors but `gc`: its nodejs_gc_duration_seconds needs a 'gc'
 // PerformanceObserver, and Node then makes an entry of every collection, kilobytes of it in the
-// old generation. Under load that is megabytes a second of garbage, which grew the benchmark's
-// peak RSS by 20 MB (bench/README.md). GC pressure still shows in nodejs_heap_* and the event
-// loop lag.
-const WITHOUT = new Set(['gc']);
-type Collector = (registry: Registry, config: object) => void;
+// old generation; under load that garbage grew the benchmark's peak RSS past 100 MB
+// (bench/README.md). GC pressure still shows in nodejs_heap_* and the event loop lag. Each
+// collector gets the settings collectDefaultMetrics would give it.
 const requireCollector = createRequire(import.meta.url);
+type Collector = (registry: Registry, config: { eventLoopMonitoringPrecision: number }) => void;
 
 function collectProcessMetrics(registry: Registry) {
-  const config = { register: registry, eventLoopMonitoringPrecision: 10 };
   for (const name of collectDefaultMetrics.metricsList) {
-    if (WITHOUT.has(name)) continue;
-    (requireCollector(`prom-client/lib/metrics/${name}.js`) as Collector)(registry, config);
+    if (name === 'gc') continue;
+    const collect = requireCollector(`prom-client/lib/metrics/${name}.js`) as Collector;
+    collect(registry, { eventLoopMonitoringPrecision: 10 });
   }
 }
 
