@@ -100,6 +100,7 @@ const OPERATION = 'listPets';
  * counted here, so Fastify gets that decision with the request instead of counting again.
  */
 export function answerCachedPages({ pages, gate, metrics, log, closing }: CachedPagesDeps) {
+  const answered = metrics.answers.seriesOf(OPERATION, 'GET', 200);
   return function answerCachedPage(request: IncomingMessage, response: ServerResponse): boolean {
     if (request.method !== 'GET') return false;
     const url = request.url!;
@@ -138,7 +139,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     response.writeHead(200, headers);
     response.end(page.body);
     const seconds = (performance.now() - started) / 1000;
-    metrics.answers.observe(OPERATION, 'GET', 200, seconds);
+    answered.observe(seconds);
     logAnswer(log, requestId, { operation: OPERATION, method: 'GET', url, status: 200, seconds });
     return true;
   };
