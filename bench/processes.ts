@@ -5,6 +5,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 export const ROOT = new URL('..', import.meta.url).pathname;
 const MAIN = `${ROOT}dist/main.js`;
+
+/** The node flags `npm start` runs the service with (package.json), so the bench measures the service as shipped. */
+export const START_FLAGS: string[] = (() => {
+  const { scripts } = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')) as { scripts: { start: string } };
+  const words = scripts.start.split(' ');
+  return words.slice(words.indexOf('node') + 1, words.indexOf('dist/main.js'));
+})();
+
 const hasTaskset = spawnSync('taskset', ['--version']).status === 0;
 
 /** The command that runs `argv` on CPU `cpu` when taskset exists (so wrk and the server never share a core). */
@@ -110,7 +118,7 @@ export async function startProcess(
   };
 }
 
-/** The built service (`node dist/main.js serve`), rate limits off, warnings only. */
+/** The built service as `npm start` runs it (`node <START_FLAGS> dist/main.js serve`), rate limits off, warnings only. */
 export async function startService(
   name: string,
   env: Record<string, string>,
@@ -120,7 +128,7 @@ export async function startService(
   const port = await freePort();
   return startProcess(
     name,
-    ['node', ...nodeFlags, MAIN, 'serve'],
+    ['node', ...START_FLAGS, ...nodeFlags, MAIN, 'serve'],
     {
       PORT: String(port),
       PETSTORE_RATE_LIMIT: 'off',

@@ -2,7 +2,7 @@ import { cpus } from 'node:os';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { CACHE_BYTES } from '../src/pets/page-cache.js';
 import { CONNECTIONS, type Sample } from './load.js';
-import { ROOT } from './processes.js';
+import { ROOT, START_FLAGS } from './processes.js';
 
 export interface Measured {
   target: string;
@@ -210,7 +210,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload in turn on every server for ${info.seconds} s between samples of ${info.seconds} s of the bare server (each server warmed for ${info.warmup} s before its first sample of a round; a workload runs on the 10,000-pet store and the larger one back to back); medians shown, and the larger store's figure over the smaller's is the median of the rounds' pairs.`,
     '- **Rate limits were off** for the run (`PETSTORE_RATE_LIMIT=off`, `PETSTORE_AUTH_FAILURE_LIMIT=off`); everything else as shipped: API key checked on every request, validation, int64-exact JSON, `Link` headers, `synchronous=FULL`, `LOG_LEVEL=warn`.',
     `- **Page cache**: on SQLite, a listPets page that another animal follows never changes, and is sent again from memory (src/pets/page-cache.ts). "list, limit 20", "status filter" and "cursor near the end" ask for one page over and over, so after the first request they measure that path, key check included; "random page" asks for the page after a random stored id each time, mostly one not kept (the cache holds at most ${int(CACHE_BYTES / info.bodyBytes)} pages of this size, while the 10,000-pet store has about 10,000 different ones), read from the database. PostgreSQL keeps no pages.`,
-    `- Service started as \`node ${[...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? '' : ' (no node flags; src/heap.ts keeps the young generation small)'}.`,
+    `- Service started as \`node ${[...START_FLAGS, ...info.nodeFlags, 'dist/main.js serve'].join(' ')}\`${info.nodeFlags.length ? ' (flags added with --node-options)' : ', as `npm start` runs it (src/heap.ts keeps the young generation small)'}.`,
     `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by the mean of the bare GET samples just before and just after it (bare GET median: ${int(bareRps)} req/s).`,
     '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds. "CPU µs per answer": the server process\'s user and system CPU time during the sample divided by the answers it sent (median), from `/proc/<pid>/stat`; it includes the kernel\'s loopback TCP work, and is the figure the machine\'s other load moves least.',
     `- Stores at the end: ${info.storedAtEnd.map((s) => `${int(s.stored)} pets in the store seeded with ${int(s.pets)}`).join('; ')} (createPet and the mix add to the 10,000 store in each round). WAL file at the end: ${info.walEnd.map((w) => `${mib(w.bytes)} (${int(w.pets)})`).join(', ')}; largest seen after any workload: ${mib(info.walMax)}.`,

@@ -1,6 +1,6 @@
 // `npm run bench`: the built service against a bare node:http server, in interleaved rounds.
 // Options: --pets 10000[,1000000] --rounds 3 --duration 5 --warmup 1 --quick --postgres / --no-postgres
-// --node-options '<flags for the service>'
+// --node-options '<flags for the service, after those of npm start>'
 import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,7 +24,7 @@ const { values: options } = parseArgs({
     quick: { type: 'boolean', default: false },
     postgres: { type: 'boolean' },
     'no-postgres': { type: 'boolean', default: false },
-    // Flags for the service's node, e.g. --node-options=--max-semi-space-size=4; none by default.
+    // More flags for the service's node, after those npm start gives it, e.g. --node-options=--max-semi-space-size=4.
     'node-options': { type: 'string', default: '' },
   },
 });

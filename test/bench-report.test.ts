@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { parseWrk } from '../bench/load.js';
+import { START_FLAGS } from '../bench/processes.js';
 import { scaleRatio, SUMMARY_END, SUMMARY_START, tailOf } from '../bench/report.js';
 
 const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
@@ -61,4 +62,14 @@ test('the larger store is compared round by round: the median of each round’s 
     [27, 100],
   ]);
   assert.equal(Number(scaleRatio(base, big).toFixed(6)), 0.9);
+});
+
+test('npm start, npm run petstore, the petstore command and the bench run node with the same flags', () => {
+  const { scripts } = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
+  const shebang = read('src/main.ts').split('\n', 1)[0]!;
+  const flags = START_FLAGS.join(' ');
+  assert.match(flags, /--no-memory-reducer/);
+  assert.equal(scripts.start, `node ${flags} dist/main.js serve`);
+  assert.equal(scripts.petstore, `node ${flags} dist/main.js`);
+  assert.equal(shebang, `#!/usr/bin/env -S node ${flags}`);
 });
