@@ -1,7 +1,12 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
 import { hashKey, keyHint, makeKey } from '../src/keys/keys.js';
+import { rememberActiveKeys } from '../src/store/key-memory.js';
+import { openSqliteStore } from '../src/store/sqlite.js';
 import { storeKinds } from './stores.js';
 
 for (const kind of storeKinds) {
@@ -27,3 +32,49 @@ for (const kind of storeKinds) {
     },
   );
 }
+
+test('an active key is answered from memory for 500 ms by the injected clock, then looked up again', async () => {
+  let now = 1_700_000_000_000;
+  const key = { id: 7, hash: hashKey(makeKey()) };
+  let lookups = 0;
+  const keys = rememberActiveKeys(
+    () => {
+      lookups += 1;
+      return key;
+    },
+    { now: () => now },
+  );
+  assert.equal(keys.remembered(key.hash), undefined, 'nothing is remembered before the first lookup');
+  assert.equal(await keys.find(key.hash), key);
+  now += 499;
+  assert.equal(await keys.find(key.hash), key);
+  assert.equal(keys.remembered(key.hash), key);
+  assert.equal(lookups, 1);
+  now += 1;
+  assert.equal(keys.remembered(key.hash), undefined, 'forgotten 500 ms after the lookup');
+  assert.equal(await keys.find(key.hash), key);
+  assert.equal(lookups, 2);
+  keys.forget();
+  assert.equal(keys.remembered(key.hash), undefined);
+});
+
+test('SQLite: a key revoked around the store is refused once the store clock passes 500 ms', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'petstore-key-clock-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  let now = 1_700_000_000_000;
+  const store = openSqliteStore(join(dir, 'pets.db'), { clock: { now: () => now } });
+  const around = openSqliteStore(join(dir, 'pets.db'));
+  t.after(() => Promise.all([store.close(), around.close()]));
+  await store.migrate();
+  await around.migrate();
+  const secret = makeKey();
+  const hash = hashKey(secret);
+  const key = await store.createKey({ name: 'k', hint: keyHint(secret), hash, createdAt: new Date() });
+  assert.equal((await store.findActiveKey(hash))?.id, key.id);
+  assert.equal(await around.revokeKey(key.id, new Date()), true);
+  now += 499;
+  assert.equal(store.memory.rememberedKey(hash)?.id, key.id, 'remembered while the store clock is under 500 ms');
+  now += 1;
+  assert.equal(store.memory.rememberedKey(hash), undefined);
+  assert.equal(await store.findActiveKey(hash), undefined);
+});

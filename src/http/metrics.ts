@@ -111,16 +111,19 @@ export function timeStore(store: Store, { storeDuration }: Metrics): Store {
   return wrapMethods(store, (name, method) => {
     const ok = storeDuration.series(`${name} ok`, () => ({ method: name, outcome: 'ok' }));
     const failed = storeDuration.series(`${name} error`, () => ({ method: name, outcome: 'error' }));
-    return async (...args: unknown[]) => {
+    // No rest parameters nor async function: no array, no extra promise per call (no method takes more than 3).
+    return (a, b, c) => {
       const started = performance.now();
-      try {
-        const result = await method(...args);
-        ok.observe((performance.now() - started) / 1000);
-        return result;
-      } catch (error) {
-        failed.observe((performance.now() - started) / 1000);
-        throw error;
-      }
+      return method(a, b, c).then(
+        (result) => {
+          ok.observe((performance.now() - started) / 1000);
+          return result;
+        },
+        (error: unknown) => {
+          failed.observe((performance.now() - started) / 1000);
+          throw error;
+        },
+      );
     };
   });
 }

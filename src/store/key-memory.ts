@@ -1,3 +1,4 @@
+import { systemClock, type Clock } from '../clock.js';
 import type { ActiveKey } from './store.js';
 
 // CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
@@ -15,7 +16,10 @@ const KEYS_REMEMBERED = 1000;
  * await keys.find(hash); // the database
  * await keys.find(hash); // memory, for the next 500 ms
  */
-export function rememberActiveKeys(find: (hash: Buffer) => Promise<ActiveKey | undefined> | ActiveKey | undefined) {
+export function rememberActiveKeys(
+  find: (hash: Buffer) => Promise<ActiveKey | undefined> | ActiveKey | undefined,
+  clock: Clock = systemClock,
+) {
   let remembered = new Map<string, { key: ActiveKey; until: number }>();
   const recall = (name: string, now: number) => {
     const known = remembered.get(name);
@@ -25,7 +29,7 @@ export function rememberActiveKeys(find: (hash: Buffer) => Promise<ActiveKey | u
     async find(hash: Buffer): Promise<ActiveKey | undefined> {
       const name = hash.toString('latin1');
       // Taken before the lookup: a revocation the lookup missed is at most KEY_MEMORY_MS old then.
-      const now = Date.now();
+      const now = clock.now();
       const known = recall(name, now);
       if (known) return known;
       const key = await find(hash);
@@ -36,7 +40,7 @@ export function rememberActiveKeys(find: (hash: Buffer) => Promise<ActiveKey | u
     },
     /** The key `find` would answer from memory now, if any: no lookup, no promise. */
     remembered(hash: Buffer): ActiveKey | undefined {
-      return recall(hash.toString('latin1'), Date.now());
+      return recall(hash.toString('latin1'), clock.now());
     },
     forget(): void {
       remembered = new Map();

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { systemClock, type Clock } from '../clock.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { readMigrations } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
@@ -30,6 +31,8 @@ export interface PostgresOptions {
   poolSize?: number;
   /** Longest wait for a connection, and for any one statement, before StoreUnavailableError. */
   timeoutMs?: number;
+  /** What remembering an active key for 500 ms counts by (key-memory.ts). */
+  clock?: Clock;
 }
 
 const INT8_OID = 20;
@@ -163,7 +166,10 @@ const ignore = () => {};
  * const store = openPostgresStore('postgres://petstore@db:5432/petstore', { poolSize: 10 });
  * await store.migrate();
  */
-export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000 }: PostgresOptions = {}): Store {
+export function openPostgresStore(
+  url: string,
+  { poolSize = 10, timeoutMs = 5000, clock = systemClock }: PostgresOptions = {},
+): Store {
   const connection: pg.ClientConfig = {
     connectionString: url,
     types: exactTypes,
@@ -234,7 +240,7 @@ export function openPostgresStore(url: string, { poolSize = 10, timeoutMs = 5000
   const activeKeys = rememberActiveKeys(async (hash) => {
     const { rows } = await query<{ id: bigint; hash: Buffer }>('findKey', [hash]);
     return rows[0] && { id: Number(rows[0].id), hash: rows[0].hash };
-  });
+  }, clock);
 
   // The newest window this instance has seen; when a newer one begins, older counts are deleted.
   let countersWindow = -Infinity;

@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import { systemClock, type Clock } from '../clock.js';
 import { memoryCounters } from './counters.js';
 import { groupCommits } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
@@ -52,7 +53,10 @@ function asUnavailable(error: unknown): never {
  * WAL with synchronous=FULL: a commit is on disk, power loss included, before a 201 leaves.
  * A write waits up to `busyTimeoutMs` for another process's lock, then fails with StoreUnavailableError.
  */
-export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTimeoutMs?: number } = {}): Store {
+export function openSqliteStore(
+  path: string,
+  { busyTimeoutMs = 5000, clock = systemClock }: { busyTimeoutMs?: number; clock?: Clock } = {},
+): Store {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
@@ -120,7 +124,7 @@ export function openSqliteStore(path: string, { busyTimeoutMs = 5000 }: { busyTi
   const activeKeys = rememberActiveKeys((hash) => {
     const row = ready().findKey.get(hash);
     return row && { id: Number(row.id), hash: row.hash };
-  });
+  }, clock);
   const inserts = groupCommits(
     db,
     (pet: NewPetRecord): PetRecord => {
