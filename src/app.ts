@@ -11,10 +11,10 @@ import { parseJsonBody } from './http/json.js';
 import { serverWithFront, type FrontListener } from './http/front.js';
 import { guardRequest } from './http/limits.js';
 import { refuseOtherMethods, routeEveryMethod, routeEveryRequest } from './http/methods.js';
-import { createMetrics, observeRequests, registerMetrics, timeStore } from './http/metrics.js';
+import { countAnswer, createMetrics, observeRequests, registerMetrics, timeStore } from './http/metrics.js';
 import { parseQuery } from './http/query.js';
 import { RateLimits } from './http/rate-limit.js';
-import { echoRequestId, loggingOptions, logRequests } from './http/request-log.js';
+import { echoRequestId, loggingOptions, logAnswered, logRequests } from './http/request-log.js';
 import { compileValidator } from './http/validation.js';
 import { answerCachedPages, PageCache } from './pets/page-cache.js';
 import { createPet, getPet, listPets } from './pets/routes.js';
@@ -44,6 +44,7 @@ export async function buildApp({
 }: AppDeps): Promise<FastifyInstance> {
   const { logger: logOptions, ...requestIds } = loggingOptions(config, logStream);
   let front: FrontListener | undefined;
+  const metrics = createMetrics(plainStore);
   const app = Fastify({
     // Cached listPets pages are answered before Fastify's lifecycle: see page-cache.ts.
     serverFactory: serverWithFront(() => front),
@@ -62,8 +63,14 @@ export async function buildApp({
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     clientErrorHandler: answerClientError,
     // Requests the router refuses (a malformed percent-encoding) get the Error body too. They
-    // meet no hook, so their X-Request-Id is set here.
-    frameworkErrors: (error, request, reply) => handleError(error, request, echoRequestId(request, reply)),
+    // meet no hook, so their X-Request-Id is set here, and they are counted and logged once sent.
+    frameworkErrors: (error, request, reply) => {
+      reply.raw.once('finish', () => {
+        countAnswer(metrics, request, reply);
+        logAnswered(request, reply);
+      });
+      handleError(error, request, echoRequestId(request, reply));
+    },
     // In-flight requests finish during shutdown instead of getting a non-contract 503.
     return503OnClosing: false,
     // A petId of any length reaches getPet, which answers 404 (CONTRACT.md getPet).
@@ -86,7 +93,6 @@ export async function buildApp({
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
   app.server.maxConnections = config.maxConnections;
-  const metrics = createMetrics(plainStore);
   const store = timeStore(plainStore, metrics);
   observeRequests(app, metrics);
   logRequests(app);

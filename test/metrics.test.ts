@@ -160,6 +160,18 @@ test('counts and times requests by operation, method and status', async (t) => {
   assert.equal(listed.at(-1)!.value, 3);
 });
 
+test('requests the router refuses (malformed percent-encoding) are counted and timed too', async (t) => {
+  const app = await startApp(t);
+  for (const url of ['/v1/pets/%E0%A4%A', '/v1/pe%zz'])
+    assert.equal((await app.call({ method: 'GET', url })).statusCode, 404);
+  const { samples } = await scrape(app);
+  const labels = { operation: 'unmatched', method: 'GET', status: '404' };
+  assert.equal(valueOf(samples, 'petstore_http_requests_total', labels), 2);
+  assert.equal(valueOf(samples, 'petstore_http_request_duration_seconds_count', labels), 2);
+  const sum = valueOf(samples, 'petstore_http_request_duration_seconds_sum', labels)!;
+  assert.ok(Number.isFinite(sum) && sum >= 0 && sum < 30, `sum ${sum}`);
+});
+
 test('petstore_pets counts animals by status when scraped', async (t) => {
   const app = await startApp(t);
   let { samples } = await scrape(app);

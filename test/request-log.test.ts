@@ -105,16 +105,23 @@ test('errors carry X-Request-Id too, and are logged with their operation and sta
   }
 });
 
-test('a request the router refuses (malformed percent-encoding) carries X-Request-Id too', async (t) => {
-  const { app } = await loggedApp(t);
+test('a request the router refuses (malformed percent-encoding) carries X-Request-Id and is logged', async (t) => {
+  const { app, lines } = await loggedApp(t);
   const response = await app.inject({
     method: 'GET',
-    url: '/v1/pets/%E0%A4%A',
+    url: '/v1/pets/%E0%A4%A?secret=1',
     headers: { 'x-request-id': 'bad-url-1' },
   });
   assert.equal(response.statusCode, 404);
   assert.equal(response.json().code, 'not_found');
   assert.equal(response.headers['x-request-id'], 'bad-url-1');
+  const mine = lines().filter((line) => line.reqId === 'bad-url-1' && line.msg === 'request completed');
+  assert.equal(mine.length, 1, 'one line for the refused request');
+  assert.equal(mine[0]!.status, 404);
+  assert.equal(mine[0]!.method, 'GET');
+  assert.equal(mine[0]!.path, '/v1/pets/%E0%A4%A');
+  assert.equal(mine[0]!.operation, 'unmatched');
+  assert.equal(typeof mine[0]!.durationMs, 'number');
 });
 
 test('never logs a key, the Authorization header, a query string or a body, even when a request fails', async (t) => {
