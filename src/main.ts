@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --no-memory-reducer
+#!/usr/bin/env node
 import './heap.js';
 import { parseArgs } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';

@@ -64,12 +64,12 @@ test('the larger store is compared round by round: the median of each round’s 
   assert.equal(Number(scaleRatio(base, big).toFixed(6)), 0.9);
 });
 
-test('npm start, npm run petstore, the petstore command and the bench run node with the same flags', () => {
+test('npm start, npm run petstore and the bench run node with the same flags', () => {
   const { scripts } = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
-  const shebang = read('src/main.ts').split('\n', 1)[0]!;
   const flags = START_FLAGS.join(' ');
   assert.match(flags, /--no-memory-reducer/);
   assert.equal(scripts.start, `node ${flags} dist/main.js serve`);
   assert.equal(scripts.petstore, `node ${flags} dist/main.js`);
-  assert.equal(shebang, `#!/usr/bin/env -S node ${flags}`);
+  // BusyBox's env (Alpine) has no -S: the command's own first line cannot carry a flag.
+  assert.equal(read('src/main.ts').split('\n', 1)[0], '#!/usr/bin/env node');
 });
