@@ -7,12 +7,13 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { openPostgresStore, type PostgresOptions } from '../src/store/postgres.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
+import type { Clock } from '../src/clock.js';
 import type { Store } from '../src/store/store.js';
 
 /** One empty database, removed with every store opened on it after the test. */
 export interface TestDatabase {
   /** A new store on this database, not yet migrated; closed after the test. */
-  open(): Store;
+  open(options?: StoreOptions): Store;
   /** Runs SQL straight on the database, around the store (e.g. to delete a row). */
   execute(sql: string): Promise<void>;
   /** The first column of the first row `sql` returns, as a number. */
@@ -106,10 +107,15 @@ export async function createPostgresSchema(t: TestContext): Promise<string> {
   return url.href;
 }
 
+/** What a test may set on a store it opens, besides where its database is. */
+export interface StoreOptions {
+  clock?: Clock;
+}
+
 /** `open`, with every store it opens closed after the test. */
-function closedAfter(t: TestContext, open: () => Store): () => Store {
-  return () => {
-    const store = open();
+function closedAfter(t: TestContext, open: (options?: StoreOptions) => Store): (options?: StoreOptions) => Store {
+  return (options) => {
+    const store = open(options);
     afterTest(t, () => store.close());
     return store;
   };
@@ -130,7 +136,7 @@ const sqlite: StoreKind = {
     const dir = mkdtempSync(join(tmpdir(), 'petstore-store-'));
     const path = join(dir, 'petstore.db');
     afterTest(t, () => rmSync(dir, { recursive: true, force: true }));
-    const open = closedAfter(t, () => openSqliteStore(path));
+    const open = closedAfter(t, (options) => openSqliteStore(path, options));
     return {
       open,
       async execute(sql) {
@@ -158,7 +164,7 @@ const postgres: StoreKind = {
   skip: postgresSkip,
   async createDatabase(t) {
     const url = await createPostgresSchema(t);
-    const open = closedAfter(t, () => openPostgresStore(url, { poolSize: 10, timeoutMs: 5000 }));
+    const open = closedAfter(t, (options) => openPostgresStore(url, { poolSize: 10, timeoutMs: 5000, ...options }));
     return {
       open,
       execute: async (sql) => void (await adminQuery(url, sql)),
