@@ -1,30 +1,57 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
+import type { Clock } from '../src/clock.js';
 import { hashKey, keyHint, makeKey } from '../src/keys/keys.js';
 import { rememberActiveKeys } from '../src/store/key-memory.js';
-import { storeKinds } from './stores.js';
+import { storeKinds, type StoreKind } from './stores.js';
+
+/**
+ * A migrated store with one active key it has looked up once, and a way to revoke that key around
+ * the store, as another instance or the keys command would.
+ */
+async function storeWithKey(t: TestContext, kind: StoreKind, clock?: Clock) {
+  const database = await kind.createDatabase(t);
+  const store = database.open({ clock });
+  await store.migrate();
+  const secret = makeKey();
+  const hash = hashKey(secret);
+  const key = await store.createKey({ name: 'k', hint: keyHint(secret), hash, createdAt: new Date() });
+  assert.equal((await store.findActiveKey(hash))?.id, key.id);
+  const revokeAround = () =>
+    database.execute(`UPDATE api_keys SET revoked_at = '2026-11-22T00:00:00Z' WHERE id = ${key.id}`);
+  return { store, hash, key, revokeAround };
+}
 
 for (const kind of storeKinds) {
   test(
     `${kind.name}: a key revoked on another connection is refused within one second`,
     { skip: kind.skip },
     async (t) => {
-      const database = await kind.createDatabase(t);
-      const store = database.open();
-      await store.migrate();
-      const secret = makeKey();
-      const hash = hashKey(secret);
-      const key = await store.createKey({ name: 'k', hint: keyHint(secret), hash, createdAt: new Date() });
-      assert.equal((await store.findActiveKey(hash))?.id, key.id);
-      // Around the store, as another instance or the keys command would.
-      await database.execute(`UPDATE api_keys SET revoked_at = '2026-11-22T00:00:00Z' WHERE id = ${key.id}`);
+      const { store, hash, revokeAround } = await storeWithKey(t, kind);
+      await revokeAround();
       const revokedAt = Date.now();
       while ((await store.findActiveKey(hash)) !== undefined) {
         assert.ok(Date.now() - revokedAt < 1000, 'still accepted a second after the revocation');
         await sleep(20);
       }
       assert.ok(Date.now() - revokedAt < 1000);
+    },
+  );
+
+  test(
+    `${kind.name}: a key revoked around the store is refused once the store's clock passes 500 ms`,
+    { skip: kind.skip },
+    async (t) => {
+      let now = 1_700_000_000_000;
+      const { store, hash, key, revokeAround } = await storeWithKey(t, kind, { now: () => now });
+      await revokeAround();
+      now += 499;
+      assert.equal(store.memory.rememberedKey(hash)?.id, key.id, "remembered while the store's clock is under 500 ms");
+      assert.equal((await store.findActiveKey(hash))?.id, key.id);
+      now += 1;
+      assert.equal(store.memory.rememberedKey(hash), undefined);
+      assert.equal(await store.findActiveKey(hash), undefined);
     },
   );
 }
@@ -53,27 +80,3 @@ test('an active key is answered from memory for 500 ms by the injected clock, th
   keys.forget();
   assert.equal(keys.remembered(key.hash), undefined);
 });
-
-for (const kind of storeKinds) {
-  test(
-    `${kind.name}: a key revoked around the store is refused once the store's clock passes 500 ms`,
-    { skip: kind.skip },
-    async (t) => {
-      const database = await kind.createDatabase(t);
-      let now = 1_700_000_000_000;
-      const store = database.open({ clock: { now: () => now } });
-      await store.migrate();
-      const secret = makeKey();
-      const hash = hashKey(secret);
-      const key = await store.createKey({ name: 'k', hint: keyHint(secret), hash, createdAt: new Date() });
-      assert.equal((await store.findActiveKey(hash))?.id, key.id);
-      await database.execute(`UPDATE api_keys SET revoked_at = '2026-11-22T00:00:00Z' WHERE id = ${key.id}`);
-      now += 499;
-      assert.equal(store.memory.rememberedKey(hash)?.id, key.id, "remembered while the store's clock is under 500 ms");
-      assert.equal((await store.findActiveKey(hash))?.id, key.id);
-      now += 1;
-      assert.equal(store.memory.rememberedKey(hash), undefined);
-      assert.equal(await store.findActiveKey(hash), undefined);
-    },
-  );
-}
