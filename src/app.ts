@@ -121,7 +121,7 @@ export async function buildApp({
   await registerDocs(app, config);
   registerHealth(app, store);
 
-  const gate = createGate(store, new RateLimits(store, clock, config));
+  const gate = createGate(store, new RateLimits(store, clock, config), clock);
   // CORS fields depend on the request's Origin: with CORS on, every answer goes through Fastify.
   const pages = store.memory.finalPages && config.corsOrigins.length === 0 ? new PageCache() : undefined;
   const deps = { store, clock, config, authenticate: authenticate(gate), pages };

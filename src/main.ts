@@ -2,7 +2,7 @@
 import './heap.js';
 import { parseArgs } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';
-import { createKeyCommand, listKeysCommand, revokeKeyCommand, type Output } from './keys/cli.js';
+import { keysHelp, runKeysCommand, type Output } from './keys/cli.js';
 import { reportMigration, serve } from './server.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
@@ -17,9 +17,12 @@ Commands:
   serve                          Migrate the database and serve the API.
   migrate                        Apply database migrations and exit.
   keys create --name <name>      Issue an API key; the key is printed once, on standard output.
-         [--json]                Print {"id","name","key","createdAt"} as one JSON line.
-  keys list [--json]             List keys (id, name, first characters, created, revoked); never a secret.
+         [--scope <scope>]...    pets:read, pets:write, metrics:read; all three by default.
+         [--expires-in <90d>]    Or --expires-at <RFC 3339 instant>; by default it never expires.
+         [--json]                Print {"id","name","key","scopes","createdAt","expiresAt"} as one JSON line.
+  keys list [--json]             List keys (id, name, scopes, created, expires, state, last used); never a secret.
   keys revoke <id>               Revoke a key; every instance refuses it within one second.
+  keys roll <id> [--grace 24h]   Issue a successor; the old key works until the grace ends.
 
 Options:
   -h, --help                     Show this help, or a command's: petstore keys create --help.
@@ -51,53 +54,7 @@ ${storeSettings}
 
 ${exitCodes}
 `,
-  keys: `Usage: petstore keys <create|list|revoke> [options]
-
-  keys create --name <name> [--json]   Issue an API key, printed once.
-  keys list [--json]                   List keys; never a secret.
-  keys revoke <id>                     Revoke a key.
-
-See petstore keys <command> --help.
-`,
-  'keys create': `Usage: petstore keys create --name <name> [--json]
-
-Issues an API key. The key goes to standard output and nowhere else, exactly once: the service
-keeps only its hash. A note for people goes to standard error.
-
-Options:
-  --name <name>   What the key is for (1 to 100 characters), shown by keys list.
-  --json          Print one JSON line instead: {"id","name","key","createdAt"}.
-
-Example:
-  KEY=$(petstore keys create --name ci)
-  petstore keys create --name deploy --json | jq -r .key
-
-Settings (environment variables):
-${storeSettings}
-
-${exitCodes}
-`,
-  'keys list': `Usage: petstore keys list [--json]
-
-Lists every key: id, name, its first characters, when it was created and revoked. Never a key.
-
-Options:
-  --json          One JSON line per key: {"id","name","hint","createdAt","revokedAt"}.
-
-Settings (environment variables):
-${storeSettings}
-
-${exitCodes}
-`,
-  'keys revoke': `Usage: petstore keys revoke <id>
-
-Revokes the key with this id (see keys list). Every instance refuses it within one second.
-
-Settings (environment variables):
-${storeSettings}
-
-Exit status: 0 revoked, 1 no active key has this id, 2 bad command line or setting.
-`,
+  ...keysHelp,
 };
 
 class UsageError extends Error {
@@ -137,6 +94,8 @@ function askedHelp(positionals: string[], help: boolean): string | undefined {
 
 /** Runs the command line; resolves to the process exit code (serve keeps running). */
 export async function main(argv: string[]): Promise<number> {
+  if (argv[0] === 'keys')
+    return runKeysCommand(argv.slice(1), { io, withStore: (run) => withStore(loadConfig(), run) });
   let parsed;
   try {
     parsed = parseArgs({
@@ -155,9 +114,8 @@ export async function main(argv: string[]): Promise<number> {
     io.out(help);
     return 0;
   }
-  const [command, sub, ...rest] = positionals;
+  const [command, sub] = positionals;
   const config = loadConfig();
-  const json = values.json ?? false;
 
   if (command === 'serve' && sub === undefined) {
     await serve(config);
@@ -172,24 +130,6 @@ export async function main(argv: string[]): Promise<number> {
         : 'The database is up to date.',
     );
     return 0;
-  }
-  if (command === 'keys' && sub === 'create' && rest.length === 0) {
-    const name = values.name?.trim();
-    if (!name || name.length > 100) {
-      throw new UsageError('keys create needs --name with 1 to 100 characters', commandHelp['keys create']);
-    }
-    await withStore(config, (store) => createKeyCommand(store, name, json, io));
-    return 0;
-  }
-  if (command === 'keys' && sub === 'list' && rest.length === 0) {
-    await withStore(config, (store) => listKeysCommand(store, json, io));
-    return 0;
-  }
-  if (command === 'keys' && sub === 'revoke' && rest.length === 1) {
-    if (!/^[1-9][0-9]{0,8}$/.test(rest[0]!))
-      throw new UsageError('keys revoke needs the numeric id shown by keys list', commandHelp['keys revoke']);
-    const revoked = await withStore(config, (store) => revokeKeyCommand(store, Number(rest[0]), io));
-    return revoked ? 0 : 1;
   }
   const nearest = askedHelp(positionals, true);
   throw new UsageError(command ? `unknown command: ${positionals.join(' ')}` : 'no command given', nearest);

@@ -66,6 +66,7 @@ export const Pets = Type.Array(Type.Ref(Pet));
 export const errorCodes = {
   invalid_request: 400,
   unauthorized: 401,
+  forbidden: 403,
   not_found: 404,
   method_not_allowed: 405,
   request_timeout: 408,
@@ -157,6 +158,21 @@ const authHeader: HeaderDocs = {
   },
 };
 
+/**
+ * The 403 of an operation that needs `scope` (CONTRACT.md scopes): a valid key without it.
+ *
+ * @example
+ * response: { 403: forbiddenResponse('pets:write'), ...commonErrors }
+ */
+export function forbiddenResponse(scope: string) {
+  return errorResponse(`forbidden: the API key is valid but does not hold the scope ${scope}.`, {
+    'WWW-Authenticate': {
+      type: 'string',
+      description: `Bearer realm="petstore", error="insufficient_scope", scope="${scope}" (RFC 6750 section 3.1).`,
+    },
+  });
+}
+
 /** The IETF httpapi RateLimit fields, on every answer to an authenticated request. */
 export const rateLimitHeaders: HeaderDocs = {
   'RateLimit-Policy': {
@@ -171,7 +187,7 @@ export const rateLimitHeaders: HeaderDocs = {
 
 /** The error responses every authenticated operation can give. */
 export const commonErrors = {
-  401: errorResponse('unauthorized: the API key is missing, not Bearer, unknown or revoked.', authHeader),
+  401: errorResponse('unauthorized: the API key is missing, not Bearer, unknown, revoked or expired.', authHeader),
   408: errorResponse('request_timeout: the request was not received in time; the connection is closed.'),
   414: errorResponse('uri_too_long: the URL is over 8 KiB.'),
   429: errorResponse(

@@ -18,7 +18,9 @@ test('keys create --json prints one JSON line a script can parse', async (t) => 
   const { code, stdout } = await runCli(['keys', 'create', '--name', 'deploy bot', '--json'], env);
   assert.equal(code, 0);
   const created = JSON.parse(stdout);
-  assert.deepEqual(Object.keys(created), ['id', 'name', 'key', 'createdAt']);
+  assert.deepEqual(Object.keys(created), ['id', 'name', 'key', 'scopes', 'createdAt', 'expiresAt']);
+  assert.deepEqual(created.scopes, ['pets:read', 'pets:write', 'metrics:read']);
+  assert.equal(created.expiresAt, null);
   assert.equal(created.name, 'deploy bot');
   assert.match(created.key, KEY);
 });
@@ -67,10 +69,15 @@ test('every command has its own --help, which needs no valid setting', async (t)
   const env = childEnv(t, { PORT: 'eighty' });
   const serve = [/^Usage: petstore serve\n/, /PETSTORE_PUBLIC_URL/];
   const migrate = [/^Usage: petstore migrate\n/, /DATABASE_URL/];
-  const keys = [/^Usage: petstore keys <create\|list\|revoke>/, /keys revoke <id>/];
-  const create = [/^Usage: petstore keys create --name <name> \[--json\]\n/, /"createdAt"/];
-  const list = [/^Usage: petstore keys list \[--json\]\n/, /"revokedAt"/];
+  const keys = [/^Usage: petstore keys <create\|list\|revoke\|roll>/, /keys revoke <id>/, /keys roll <id>/];
+  const create = [
+    /^Usage: petstore keys create --name <name> \[--scope <scope>\]\.\.\. /,
+    /"createdAt"/,
+    /--expires-in/,
+  ];
+  const list = [/^Usage: petstore keys list \[--json\]\n/, /"revokedAt"/, /"lastUsedAt"/];
   const revoke = [/^Usage: petstore keys revoke <id>\n/, /1 no active key has this id/];
+  const roll = [/^Usage: petstore keys roll <id> \[--grace <duration>\]/, /Default: 24h/];
   const cases: [string[], RegExp[]][] = [
     [['serve', '--help'], serve],
     [['migrate', '--help'], migrate],
@@ -78,6 +85,8 @@ test('every command has its own --help, which needs no valid setting', async (t)
     [['keys', 'create', '--help'], create],
     [['keys', 'list', '--help'], list],
     [['keys', 'revoke', '--help'], revoke],
+    [['keys', 'roll', '--help'], roll],
+    [['help', 'keys', 'roll'], roll],
     [['keys', 'list', '-h'], list],
     [['help', 'keys', 'create'], create],
   ];
@@ -122,7 +131,7 @@ test('migrate applies the migrations once, one line on standard error for each a
   assert.equal(first.stdout, '');
   assert.match(
     first.stderr,
-    /^Applied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 2 migrations; the database is up to date\.\n$/,
+    /^Applied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 003_key_scopes_and_expiry \([0-9]+ ms\)\.\nApplied 3 migrations; the database is up to date\.\n$/,
   );
   const second = await runCli(['migrate'], env);
   assert.equal(second.stderr, 'The database is up to date.\n');

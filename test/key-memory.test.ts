@@ -58,7 +58,7 @@ for (const kind of storeKinds) {
 
 test('an active key is answered from memory for 500 ms by the injected clock, then looked up again', async () => {
   let now = 1_700_000_000_000;
-  const key = { id: 7, hash: hashKey(makeKey()) };
+  const key = { id: 7, hash: hashKey(makeKey()), scopes: [], expiresAt: null };
   let lookups = 0;
   const keys = rememberActiveKeys(
     () => {

@@ -47,7 +47,7 @@ test('two petstore processes share one PostgreSQL database', { skip: postgresSki
     const migrations = await select<{ version: number }>(url, 'SELECT version FROM schema_migrations ORDER BY version');
     assert.deepEqual(
       migrations.map((row) => row.version),
-      [1, 2],
+      [1, 2, 3],
     );
     assert.equal((await get(a, '/v1/pets')).status, 200);
     assert.equal((await get(b, '/v1/pets')).status, 200);

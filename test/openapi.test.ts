@@ -27,20 +27,35 @@ test('lists the three operations by their contract names, getPet deprecated', as
   assert.equal(paths['/pets/{petId}'].get.operationId, 'getPet');
   assert.equal(paths['/pets/{petId}'].get.deprecated, true);
   assert.equal(paths['/pets'].get.deprecated, undefined);
-  for (const operation of [paths['/pets'].get, paths['/pets'].post, paths['/pets/{petId}'].get]) {
-    assert.deepEqual(operation.security, [{ apiKey: [] }]);
-  }
+  assert.deepEqual(paths['/pets'].get.security, [{ apiKey: ['pets:read'] }]);
+  assert.deepEqual(paths['/pets'].post.security, [{ apiKey: ['pets:write'] }]);
+  assert.deepEqual(paths['/pets/{petId}'].get.security, [{ apiKey: ['pets:read'] }]);
 });
 
 test('documents each status the operations answer with the Error body', async (t) => {
   const { paths } = await fetchDocument(t);
   const statuses = (operation: { responses: object }) => Object.keys(operation.responses).sort();
-  const common = ['401', '408', '414', '429', '431', '500', '503'];
+  const common = ['401', '403', '408', '414', '429', '431', '500', '503'];
   assert.deepEqual(statuses(paths['/pets'].get), ['200', '400', ...common].sort());
   assert.deepEqual(statuses(paths['/pets'].post), ['201', '400', '409', '413', '415', '422', ...common].sort());
   assert.deepEqual(statuses(paths['/pets/{petId}'].get), ['200', '400', '404', '410', ...common].sort());
   const errorRef = paths['/pets'].post.responses['415'].content['application/json'].schema.$ref;
   assert.equal(errorRef, '#/components/schemas/Error');
+  for (const [operation, scope] of [
+    [paths['/pets'].get, 'pets:read'],
+    [paths['/pets'].post, 'pets:write'],
+    [paths['/pets/{petId}'].get, 'pets:read'],
+  ]) {
+    const forbidden = operation.responses['403'];
+    assert.equal(forbidden.content['application/json'].schema.$ref, '#/components/schemas/Error');
+    assert.ok(forbidden.description.includes(scope), forbidden.description);
+    assert.ok(forbidden.headers['WWW-Authenticate'].description.includes(`scope="${scope}"`));
+  }
+});
+
+test('keeps /metrics out of the document', async (t) => {
+  const { paths } = await fetchDocument(t);
+  assert.deepEqual(Object.keys(paths).sort(), ['/pets', '/pets/{petId}']);
 });
 
 test('lists every error code of the contract', async (t) => {

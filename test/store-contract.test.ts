@@ -8,6 +8,7 @@ const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
 const DAY = 24 * 60 * 60 * 1000;
+const MIGRATIONS = ['001_pets_and_keys', '002_idempotency_keys', '003_key_scopes_and_expiry'];
 const T0 = Date.UTC(2026, 10, 22);
 
 function claim(key: string, body = 'a', now = T0, apiKeyId = 1): IdempotencyClaim {
@@ -45,9 +46,9 @@ for (const kind of storeKinds) {
           assert.ok(ms >= 0);
           heard.push(name);
         }),
-        ['001_pets_and_keys', '002_idempotency_keys'],
+        MIGRATIONS,
       );
-      assert.deepEqual(heard, ['001_pets_and_keys', '002_idempotency_keys']);
+      assert.deepEqual(heard, MIGRATIONS);
       const pet = await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
       assert.deepEqual(await store.migrate(), []);
       assert.deepEqual(await store.getPet(pet.id), pet);
@@ -57,7 +58,7 @@ for (const kind of storeKinds) {
       const database = await kind.createDatabase(t);
       const stores = [database.open(), database.open(), database.open()];
       const applied = await Promise.all(stores.map((store) => store.migrate()));
-      assert.deepEqual(applied.flat(), ['001_pets_and_keys', '002_idempotency_keys']);
+      assert.deepEqual(applied.flat(), MIGRATIONS);
       for (const store of stores) await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
       assert.equal((await stores[0]!.listPets({ limit: 10 })).length, 3);
     });
@@ -175,11 +176,20 @@ for (const kind of storeKinds) {
         id: record.id,
         name: 'ci',
         hint: 'psk_abcd',
+        scopes: ['pets:read', 'pets:write', 'metrics:read'],
         createdAt: input.createdAt,
+        expiresAt: null,
         revokedAt: null,
+        lastUsedAt: null,
+        replacedBy: null,
       });
       const found = await store.findActiveKey(input.hash);
-      assert.deepEqual(found, { id: record.id, hash: input.hash });
+      assert.deepEqual(found, {
+        id: record.id,
+        hash: input.hash,
+        scopes: ['pets:read', 'pets:write', 'metrics:read'],
+        expiresAt: null,
+      });
       assert.equal(await store.findActiveKey(randomBytes(32)), undefined);
       const other = await store.createKey(newKey('ops'));
       assert.deepEqual(await store.listKeys(), [record, other]);

@@ -1,8 +1,9 @@
 import type { IncomingMessage } from 'node:http';
-import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
+import { systemClock, type Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
-import { hashKey, sameHash } from '../keys/keys.js';
-import type { Store } from '../store/store.js';
+import { hashKey, sameHash, scopes, type Scope } from '../keys/keys.js';
+import type { ActiveKey, Store } from '../store/store.js';
 import type { RateFields, RateLimits } from './rate-limit.js';
 
 declare module 'fastify' {
@@ -22,6 +23,19 @@ function refuse(message: string, invalidToken: boolean): ApiError {
   const challenge = invalidToken ? `${CHALLENGE}, error="invalid_token"` : CHALLENGE;
   return new ApiError('unauthorized', message, { 'www-authenticate': challenge });
 }
+
+const expiredKey = (key: ActiveKey) =>
+  refuse(`The API key expired at ${new Date(key.expiresAt!).toISOString()}; use a new key.`, true);
+
+// RFC 6750 section 3.1: a valid token without the scope the request needs. One per scope, made once.
+const forbidden = Object.fromEntries(
+  scopes.map((scope) => [
+    scope,
+    new ApiError('forbidden', `This API key does not hold the scope ${scope} that this request needs.`, {
+      'www-authenticate': `${CHALLENGE}, error="insufficient_scope", scope="${scope}"`,
+    }),
+  ]),
+) as Record<Scope, ApiError>;
 
 /** The token of `Authorization: Bearer <token>`; throws the contract's 401 for anything else. */
 function readToken(header: string | undefined): string {
@@ -48,16 +62,17 @@ export type Admitted = Admission | Promise<Admission>;
 /** Who may make a request: the API key check and the rate limits, for every way a request comes in. */
 export interface Gate {
   /**
-   * Admits a request with an active key within its rate limit, or throws (rejects with) the
-   * 401 or 429 to answer. Synchronous when the store remembers the key and counts in memory.
-   * An address that sent too many refused keys gets 429 before any check.
+   * Admits a request with an active, unexpired key that holds `scope`, within its rate limit,
+   * or throws (rejects with) the 401, 403 or 429 to answer. Synchronous when the store remembers
+   * the key and counts in memory. An address that sent too many refused keys gets 429 before
+   * any check.
    */
-  admit(address: string, authorization: string | undefined, connection: object): Admitted;
+  admit(address: string, authorization: string | undefined, connection: object, scope: Scope): Admitted;
   /**
-   * The id of the key in `authorization` when the store remembers it as active; undefined
-   * when only `admit` can tell. Checks without counting anything.
+   * The id of the key in `authorization` when the store remembers it as active and it holds
+   * `scope`; undefined when only `admit` can tell. Checks without counting anything.
    */
-  rememberedKey(authorization: string | undefined, connection: object): number | undefined;
+  rememberedKey(authorization: string | undefined, connection: object, scope: Scope): number | undefined;
   /** Counts a request by a key known to be active, as `admit` does. */
   admitKey(apiKeyId: number): Admitted;
   /** True while `admit` may refuse an address before looking at its key. */
@@ -78,7 +93,7 @@ interface Credentials {
   hash: Buffer;
 }
 
-export function createGate(store: Store, limits: RateLimits): Gate {
+export function createGate(store: Store, limits: RateLimits, clock: Clock = systemClock): Gate {
   // The last credentials each connection sent: a client sends the same header on every request
   // of a connection, so it is read and hashed once. The header is compared in constant time, as
   // a key would be.
@@ -93,40 +108,54 @@ export function createGate(store: Store, limits: RateLimits): Gate {
   };
 
   const admitKey = (apiKeyId: number): Admitted => {
+    store.memory.noteKeyUse(apiKeyId, clock.now());
     const rateFields = limits.admitKey(apiKeyId);
     return rateFields instanceof Promise
       ? rateFields.then((fields) => ({ apiKeyId, rateFields: fields }))
       : { apiKeyId, rateFields };
   };
 
-  async function lookUp(address: string, token: string, hash: Buffer): Promise<Admission> {
-    const key = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
-    if (!key || !sameHash(key.hash, hash)) {
-      throw (await limits.noteRefusedKey(address)) ?? refuse('The API key is not valid or has been revoked.', true);
+  // By the service's clock: from that instant on, on every instance (CONTRACT.md expiry).
+  const expired = (key: ActiveKey) => key.expiresAt !== null && key.expiresAt <= clock.now();
+
+  const permit = (key: ActiveKey, scope: Scope) => {
+    if (!key.scopes.includes(scope)) throw forbidden[scope];
+    return key.id;
+  };
+
+  async function lookUp(address: string, token: string, hash: Buffer, scope: Scope): Promise<Admission> {
+    const found = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
+    const key = found && sameHash(found.hash, hash) ? found : undefined;
+    if (!key || expired(key)) {
+      throw (
+        (await limits.noteRefusedKey(address)) ??
+        (key ? expiredKey(key) : refuse('The API key is not valid or has been revoked.', true))
+      );
     }
-    return admitKey(key.id);
+    return admitKey(permit(key, scope));
   }
 
   const remembered = (hash: Buffer) => {
     const key = store.memory.rememberedKey(hash);
-    return key && sameHash(key.hash, hash) ? key.id : undefined;
+    return key && sameHash(key.hash, hash) && !expired(key) ? key : undefined;
   };
 
   return {
-    admit(address, authorization, connection) {
+    admit(address, authorization, connection, scope) {
       limits.refuseBlocked(address);
       const { token, hash } = credentialsOf(authorization, connection);
-      const id = remembered(hash);
-      return id === undefined ? lookUp(address, token, hash) : admitKey(id);
+      const key = remembered(hash);
+      return key === undefined ? lookUp(address, token, hash, scope) : admitKey(permit(key, scope));
     },
-    rememberedKey(authorization, connection) {
+    rememberedKey(authorization, connection, scope) {
       let credentials: Credentials;
       try {
         credentials = credentialsOf(authorization, connection);
       } catch {
         return undefined;
       }
-      return remembered(credentials.hash);
+      const key = remembered(credentials.hash);
+      return key?.scopes.includes(scope) ? key.id : undefined;
     },
     admitKey,
     get blocksAddresses() {
@@ -153,27 +182,33 @@ function letIn(request: FastifyRequest, reply: FastifyReply, { apiKeyId, rateFie
 }
 
 /**
- * `onRequest` hook that admits a request only with an active API key, within its rate limit. It
- * runs before the body is read or validated, so an unauthenticated request is a 401 whatever
+ * The `onRequest` hook of a route that needs `scope`: it admits a request only with an active,
+ * unexpired API key that holds the scope, within its rate limit. It runs before the body is read
+ * or validated, so an unauthenticated request is a 401 and an out-of-scope one a 403 whatever
  * else is wrong with it. A callback hook: a request whose key the store remembers waits for no
  * promise.
+ *
+ * @example
+ * const needs = authenticate(gate);
+ * app.get('/v1/pets', { onRequest: needs('pets:read') }, listPets);
  */
-export function authenticate(gate: Gate) {
-  return function authenticateRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
-    let admitted: Admitted;
-    try {
-      const held = (request.raw as Holding)[HELD];
-      admitted = held ? held() : gate.admit(request.ip, request.headers.authorization, request.raw.socket);
-    } catch (error) {
-      return done(error as Error);
-    }
-    if (!(admitted instanceof Promise)) {
-      letIn(request, reply, admitted);
-      return done();
-    }
-    admitted.then((admission) => {
-      letIn(request, reply, admission);
-      done();
-    }, done);
-  };
+export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler {
+  return (scope) =>
+    function authenticateRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
+      let admitted: Admitted;
+      try {
+        const held = (request.raw as Holding)[HELD];
+        admitted = held ? held() : gate.admit(request.ip, request.headers.authorization, request.raw.socket, scope);
+      } catch (error) {
+        return done(error as Error);
+      }
+      if (!(admitted instanceof Promise)) {
+        letIn(request, reply, admitted);
+        return done();
+      }
+      admitted.then((admission) => {
+        letIn(request, reply, admission);
+        done();
+      }, done);
+    };
 }

@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import type { Scope } from '../keys/keys.js';
 import { AnswerMetrics, Durations } from './durations.js';
 import { petStatuses } from '../schemas.js';
 import { wrapMethods, type Store } from '../store/store.js';
@@ -155,11 +156,15 @@ export function countAnswer({ answers }: Metrics, request: FastifyRequest, reply
 }
 
 /**
- * `GET /metrics` in the Prometheus text format, behind an API key like the operations
+ * `GET /metrics` in the Prometheus text format, behind an API key with the `metrics:read` scope
  * (CONTRACT.md): Prometheus scrapes it with `authorization: { credentials: <key> }`.
  */
-export function registerMetrics(app: FastifyInstance, metrics: Metrics, authenticate: onRequestHookHandler): void {
-  app.get('/metrics', { onRequest: authenticate, schema: { hide: true } }, async (_request, reply) => {
+export function registerMetrics(
+  app: FastifyInstance,
+  metrics: Metrics,
+  authenticate: (scope: Scope) => onRequestHookHandler,
+): void {
+  app.get('/metrics', { onRequest: authenticate('metrics:read'), schema: { hide: true } }, async (_request, reply) => {
     const text = await metrics.registry.metrics();
     return reply.type(metrics.registry.contentType).send(text);
   });

@@ -1,15 +1,37 @@
-import type { Store } from '../store/store.js';
-import { hashKey, keyHint, makeKey } from './keys.js';
+import { parseArgs } from 'node:util';
+import { describeSettings } from '../config.js';
+import type { KeyRecord, Store } from '../store/store.js';
+import { hashKey, isScope, keyHint, makeKey, scopes as allScopes, type Scope } from './keys.js';
 
 export interface Output {
   out: (line: string) => void;
   err: (line: string) => void;
 }
 
+export interface KeysDeps {
+  io: Output;
+  /** Opens and migrates the configured store, runs `run` on it, and closes it. */
+  withStore<T>(run: (store: Store) => Promise<T>): Promise<T>;
+  /** The time keys are issued, rolled and judged at. */
+  now?: () => Date;
+}
+
 /** Issues a key and returns it with its record; the key itself is never stored. */
-export async function issueKey(store: Store, name: string, now = new Date()) {
+export async function issueKey(
+  store: Store,
+  name: string,
+  now = new Date(),
+  { scopes, expiresAt = null }: { scopes?: Scope[]; expiresAt?: Date | null } = {},
+) {
   const key = makeKey();
-  const record = await store.createKey({ name, hint: keyHint(key), hash: hashKey(key), createdAt: now });
+  const record = await store.createKey({
+    name,
+    hint: keyHint(key),
+    hash: hashKey(key),
+    createdAt: now,
+    scopes,
+    expiresAt,
+  });
   return { key, record };
 }
 
@@ -23,42 +45,409 @@ export async function issueFirstKey(store: Store, now = new Date()) {
   return record && { key, record };
 }
 
-export async function createKeyCommand(store: Store, name: string, json: boolean, io: Output) {
-  const { key, record } = await issueKey(store, name);
-  if (json) {
-    io.out(JSON.stringify({ id: record.id, name: record.name, key, createdAt: record.createdAt.toISOString() }));
-    return;
+const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
+const exitCodes = 'Exit status: 0 done, 1 failed, 2 bad command line or setting.';
+const scopeList = allScopes.join(', ');
+
+/** Help for each keys command, shown by `petstore keys <command> --help` and `petstore help keys <command>`. */
+export const keysHelp: Record<string, string> = {
+  keys: `Usage: petstore keys <create|list|revoke|roll> [options]
+
+  keys create --name <name> [--scope <scope>]... [--expires-in <duration>] [--json]
+                                       Issue an API key, printed once.
+  keys list [--json]                   List keys; never a secret.
+  keys revoke <id>                     Revoke a key.
+  keys roll <id> [--grace <duration>]  Issue a successor; the old key expires after the grace.
+
+See petstore keys <command> --help, and docs/keys.md.
+`,
+  'keys create': `Usage: petstore keys create --name <name> [--scope <scope>]... [--expires-in <duration> | --expires-at <instant>] [--json]
+
+Issues an API key. The key goes to standard output and nowhere else, exactly once: the service
+keeps only its hash. A note for people goes to standard error.
+
+Options:
+  --name <name>            What the key is for (1 to 100 characters), shown by keys list.
+  --scope <scope>          What it may do, repeatable: pets:read (listPets, getPet), pets:write
+                           (createPet), metrics:read (GET /metrics). Default: all three.
+  --expires-in <duration>  Refused from that long after now: a positive whole number and a unit,
+                           s, m, h or d (90d, 12h). Default: never.
+  --expires-at <instant>   Refused from that RFC 3339 instant on (2027-03-01T00:00:00Z).
+  --json                   Print one JSON line instead:
+                           {"id","name","key","scopes","createdAt","expiresAt"}.
+
+Example:
+  KEY=$(petstore keys create --name ci)
+  petstore keys create --name dashboard --scope pets:read --expires-in 90d
+  petstore keys create --name prometheus --scope metrics:read --json | jq -r .key
+
+Settings (environment variables):
+${storeSettings}
+
+${exitCodes}
+`,
+  'keys list': `Usage: petstore keys list [--json]
+
+Lists every key: id, name, its first characters, scopes, when it was created, when it expires,
+its state (active, expired, revoked) and when a request last used it, to the minute (each
+instance writes it at most once a minute). Never a key.
+
+Options:
+  --json          One JSON line per key: {"id","name","hint","scopes","createdAt","expiresAt",
+                  "state","lastUsedAt","revokedAt","replacedBy"}.
+
+Settings (environment variables):
+${storeSettings}
+
+${exitCodes}
+`,
+  'keys revoke': `Usage: petstore keys revoke <id>
+
+Revokes the key with this id (see keys list). Every instance refuses it within one second.
+
+Settings (environment variables):
+${storeSettings}
+
+Exit status: 0 revoked, 1 no active key has this id, 2 bad command line or setting.
+`,
+  'keys roll': `Usage: petstore keys roll <id> [--grace <duration>] [--expires-in <duration> | --expires-at <instant>] [--json]
+
+Issues a successor to the key with this id: the same name and scopes, printed once like keys
+create. The old key keeps working for the grace period, on every instance, then expires, so
+clients switch to the successor without downtime. A key can be rolled once: roll its successor
+next time. A revoked or expired key cannot be rolled.
+
+Options:
+  --grace <duration>       How long the old key keeps working: 0 (it expires at once) or a
+                           whole number and a unit, s, m, h or d. Default: 24h.
+  --expires-in <duration>  The successor's lifetime. Default: the old key's lifetime (created
+                           to expires), or never when it had no expiry.
+  --expires-at <instant>   The successor's expiry as an RFC 3339 instant.
+  --json                   Print one JSON line: {"id","name","key","scopes","createdAt",
+                           "expiresAt","replaces","replacedExpiresAt"}.
+
+Example:
+  petstore keys roll 3 --grace 1h
+
+Settings (environment variables):
+${storeSettings}
+
+Exit status: 0 rolled, 1 no such key, or it is revoked, expired or already rolled, 2 bad
+command line or setting.
+`,
+};
+
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly help: string,
+  ) {
+    super(message);
   }
-  io.out(key);
-  io.err(`Created key ${record.id} (${record.name}). It is shown only this once: keep it somewhere safe.`);
 }
 
-export async function listKeysCommand(store: Store, json: boolean, io: Output) {
-  const keys = await store.listKeys();
-  if (json) {
+const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+// ISO 8601 text past year 9999 no longer sorts as time does (SQLite compares it as text).
+const LATEST = Date.UTC(9999, 11, 31, 23, 59, 59);
+
+/** `90d`, `12h`, `30m`, `45s` in ms; `0` too when `zero` allows it; undefined when malformed. */
+export function parseDuration(text: string, { zero = false } = {}): number | undefined {
+  if (zero && /^0+[smhd]?$/.test(text)) return 0;
+  const match = /^([1-9][0-9]{0,6})([smhd])$/.exec(text);
+  return match ? Number(match[1]) * UNIT_MS[match[2]!]! : undefined;
+}
+
+/** An RFC 3339 date-time (`2027-03-01T00:00:00Z`, `…T01:00:00.5+01:00`) as a Date; undefined when malformed. */
+export function parseInstant(text: string): Date | undefined {
+  const match =
+    /^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$/.exec(
+      text,
+    );
+  if (!match) return undefined;
+  const [year, month, day, hour, minute, second] = match.slice(1, 7).map(Number) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
+  const fields = new Date(Date.UTC(year, month - 1, day, hour, minute, second));
+  const valid =
+    fields.getUTCFullYear() === year &&
+    fields.getUTCMonth() === month - 1 &&
+    fields.getUTCDate() === day &&
+    hour < 24 &&
+    minute < 60 &&
+    second < 60;
+  const offset = match[8]!;
+  if (!valid || (offset.length > 1 && (Number(offset.slice(1, 3)) > 23 || Number(offset.slice(4)) > 59))) {
+    return undefined;
+  }
+  const instant = new Date(text.toUpperCase());
+  return Number.isNaN(instant.getTime()) ? undefined : instant;
+}
+
+interface Expiry {
+  'expires-in'?: string;
+  'expires-at'?: string;
+}
+
+/** The expiry `--expires-in` or `--expires-at` asks for: a Date, or undefined when neither is given. */
+function readExpiry(values: Expiry, now: Date, help: string): Date | undefined {
+  const { 'expires-in': within, 'expires-at': at } = values;
+  if (within !== undefined && at !== undefined)
+    throw new UsageError('give --expires-in or --expires-at, not both', help);
+  let expiresAt: Date | undefined;
+  if (within !== undefined) {
+    const ms = parseDuration(within);
+    if (ms === undefined) {
+      throw new UsageError(
+        `--expires-in must be a positive whole number and a unit, s, m, h or d, like 90d (got "${within}")`,
+        help,
+      );
+    }
+    expiresAt = new Date(now.getTime() + ms);
+  }
+  if (at !== undefined) {
+    expiresAt = parseInstant(at);
+    if (!expiresAt)
+      throw new UsageError(`--expires-at must be an RFC 3339 instant like 2027-03-01T00:00:00Z (got "${at}")`, help);
+    if (expiresAt <= now) throw new UsageError(`--expires-at ${at} is not in the future`, help);
+  }
+  if (expiresAt && expiresAt.getTime() > LATEST) throw new UsageError('the expiry must be before the year 10000', help);
+  return expiresAt;
+}
+
+function readScopes(words: string[] | undefined, help: string): Scope[] | undefined {
+  if (!words) return undefined;
+  for (const word of words) {
+    if (!isScope(word)) throw new UsageError(`unknown scope "${word}"; the scopes are ${scopeList}`, help);
+  }
+  return allScopes.filter((scope) => words.includes(scope));
+}
+
+function readId(text: string | undefined, command: string): number {
+  if (text === undefined || !/^[1-9][0-9]{0,8}$/.test(text)) {
+    throw new UsageError(`keys ${command} needs the numeric id shown by keys list`, keysHelp[`keys ${command}`]!);
+  }
+  return Number(text);
+}
+
+const iso = (date: Date | null) => date?.toISOString() ?? null;
+// CONTRACT.md: last use to the minute.
+const toMinute = (date: Date) => new Date(date.getTime() - (date.getTime() % 60_000)).toISOString();
+
+export function keyState(key: KeyRecord, now: Date): 'active' | 'expired' | 'revoked' {
+  if (key.revokedAt) return 'revoked';
+  return key.expiresAt && key.expiresAt <= now ? 'expired' : 'active';
+}
+
+function issuedNote(record: KeyRecord): string {
+  const expires = record.expiresAt ? `, expires ${record.expiresAt.toISOString()}` : '';
+  return `key ${record.id} (${record.name}; ${record.scopes.join(' ')}${expires})`;
+}
+
+async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
+  const help = keysHelp['keys create']!;
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      name: { type: 'string' },
+      scope: { type: 'string', multiple: true },
+      'expires-in': { type: 'string' },
+      'expires-at': { type: 'string' },
+      json: { type: 'boolean' },
+    },
+  });
+  if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals.join(' ')}`, help);
+  const name = values.name?.trim();
+  if (!name || name.length > 100) throw new UsageError('keys create needs --name with 1 to 100 characters', help);
+  const scopes = readScopes(values.scope, help);
+  const now = deps.now?.() ?? new Date();
+  const expiresAt = readExpiry(values, now, help) ?? null;
+  const { key, record } = await deps.withStore((store) => issueKey(store, name, now, { scopes, expiresAt }));
+  const { io } = deps;
+  if (values.json) {
+    const { id, scopes: held, createdAt } = record;
+    io.out(JSON.stringify({ id, name: record.name, key, scopes: held, createdAt, expiresAt: iso(record.expiresAt) }));
+  } else {
+    io.out(key);
+    io.err(`Created ${issuedNote(record)}. It is shown only this once: keep it somewhere safe.`);
+  }
+  return 0;
+}
+
+async function listKeysCommand(deps: KeysDeps, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
+  if (positionals.length > 0) {
+    throw new UsageError(`unexpected argument: ${positionals.join(' ')}`, keysHelp['keys list']!);
+  }
+  const keys = await deps.withStore((store) => store.listKeys());
+  const now = deps.now?.() ?? new Date();
+  const { io } = deps;
+  if (values.json) {
     for (const k of keys) {
       io.out(
         JSON.stringify({
           id: k.id,
           name: k.name,
           hint: k.hint,
+          scopes: k.scopes,
           createdAt: k.createdAt.toISOString(),
-          revokedAt: k.revokedAt?.toISOString() ?? null,
+          expiresAt: iso(k.expiresAt),
+          state: keyState(k, now),
+          lastUsedAt: k.lastUsedAt && toMinute(k.lastUsedAt),
+          revokedAt: iso(k.revokedAt),
+          replacedBy: k.replacedBy,
         }),
       );
     }
-    return;
+    return 0;
   }
-  io.out(['ID', 'NAME', 'KEY', 'CREATED', 'REVOKED'].join('\t'));
+  io.out(['ID', 'NAME', 'KEY', 'SCOPES', 'CREATED', 'EXPIRES', 'STATE', 'LAST USED'].join('\t'));
   for (const k of keys) {
-    io.out([k.id, k.name, k.hint, k.createdAt.toISOString(), k.revokedAt?.toISOString() ?? '-'].join('\t'));
+    const state = keyState(k, now);
+    io.out(
+      [
+        k.id,
+        k.name,
+        k.hint,
+        k.scopes.join(','),
+        k.createdAt.toISOString(),
+        k.expiresAt?.toISOString() ?? '-',
+        k.replacedBy !== null && state === 'active' ? `active (replaced by ${k.replacedBy})` : state,
+        k.lastUsedAt ? toMinute(k.lastUsedAt).slice(0, 16) + 'Z' : '-',
+      ].join('\t'),
+    );
   }
+  return 0;
 }
 
-/** @returns false when no active key has this id. */
-export async function revokeKeyCommand(store: Store, id: number, io: Output): Promise<boolean> {
-  const revoked = await store.revokeKey(id, new Date());
-  if (revoked) io.err(`Revoked key ${id}. Every instance refuses it within one second.`);
-  else io.err(`No active key has id ${id}; see 'petstore keys list'.`);
-  return revoked;
+async function revokeKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
+  const { positionals } = parseArgs({ args, allowPositionals: true, options: {} });
+  if (positionals.length !== 1) throw new UsageError('keys revoke needs one id', keysHelp['keys revoke']!);
+  const id = readId(positionals[0], 'revoke');
+  const revoked = await deps.withStore((store) => store.revokeKey(id, deps.now?.() ?? new Date()));
+  if (revoked) deps.io.err(`Revoked key ${id}. Every instance refuses it within one second.`);
+  else deps.io.err(`No active key has id ${id}; see 'petstore keys list'.`);
+  return revoked ? 0 : 1;
+}
+
+const DEFAULT_GRACE = '24h';
+
+async function rollKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
+  const help = keysHelp['keys roll']!;
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      grace: { type: 'string' },
+      'expires-in': { type: 'string' },
+      'expires-at': { type: 'string' },
+      json: { type: 'boolean' },
+    },
+  });
+  if (positionals.length !== 1) throw new UsageError('keys roll needs one id', help);
+  const id = readId(positionals[0], 'roll');
+  const graceText = values.grace ?? DEFAULT_GRACE;
+  const grace = parseDuration(graceText, { zero: true });
+  if (grace === undefined) {
+    throw new UsageError(
+      `--grace must be 0 or a whole number and a unit, s, m, h or d, like 24h (got "${graceText}")`,
+      help,
+    );
+  }
+  const now = deps.now?.() ?? new Date();
+  const asked = readExpiry(values, now, help);
+  const key = makeKey();
+  const outcome = await deps.withStore(async (store) => {
+    const old = (await store.listKeys()).find((k) => k.id === id);
+    // By default the successor lives as long as the old key was issued to.
+    const lifetime = old?.expiresAt ? old.expiresAt.getTime() - old.createdAt.getTime() : undefined;
+    const expiresAt = asked ?? (lifetime === undefined ? null : new Date(now.getTime() + lifetime));
+    return store.rollKey({
+      id,
+      successor: { hint: keyHint(key), hash: hashKey(key), createdAt: now, expiresAt },
+      oldExpiresAt: new Date(now.getTime() + grace),
+      at: now,
+    });
+  });
+  const { io } = deps;
+  switch (outcome.kind) {
+    case 'unknown':
+      io.err(`No key has id ${id}; see 'petstore keys list'.`);
+      return 1;
+    case 'revoked':
+      io.err(`Key ${id} is revoked and cannot be rolled; issue a new key with 'petstore keys create'.`);
+      return 1;
+    case 'expired':
+      io.err(`Key ${id} has expired and cannot be rolled; issue a new key with 'petstore keys create'.`);
+      return 1;
+    case 'replaced':
+      io.err(`Key ${id} was already rolled: key ${outcome.by} replaces it. Roll key ${outcome.by} instead.`);
+      return 1;
+  }
+  const { old, successor } = outcome;
+  if (values.json) {
+    io.out(
+      JSON.stringify({
+        id: successor.id,
+        name: successor.name,
+        key,
+        scopes: successor.scopes,
+        createdAt: successor.createdAt.toISOString(),
+        expiresAt: iso(successor.expiresAt),
+        replaces: old.id,
+        replacedExpiresAt: iso(old.expiresAt),
+      }),
+    );
+  } else {
+    io.out(key);
+    io.err(
+      `Created ${issuedNote(successor)} to replace key ${old.id}. It is shown only this once: keep it somewhere safe.\n` +
+        `Key ${old.id} works until ${old.expiresAt!.toISOString()}; every instance refuses it from then on.`,
+    );
+  }
+  return 0;
+}
+
+const commands: Record<string, (deps: KeysDeps, args: string[]) => Promise<number>> = {
+  create: createKeyCommand,
+  list: listKeysCommand,
+  revoke: revokeKeyCommand,
+  roll: rollKeyCommand,
+};
+
+/**
+ * `petstore keys <command> …`: parses its own arguments, runs it, and resolves to the exit
+ * status. A bad command line prints the command's usage and is 2, having changed nothing.
+ *
+ * @example
+ * process.exitCode = await runKeysCommand(['roll', '3', '--grace', '1h'], { io, withStore });
+ */
+export async function runKeysCommand(args: string[], deps: KeysDeps): Promise<number> {
+  const [command, ...rest] = args;
+  const run = command === undefined ? undefined : commands[command];
+  const help = (run && keysHelp[`keys ${command}`]) || keysHelp.keys!;
+  try {
+    if (args.includes('--help') || args.includes('-h')) {
+      deps.io.out(help);
+      return 0;
+    }
+    if (!run) throw new UsageError(command ? `unknown command: keys ${args.join(' ')}` : 'no keys command given', help);
+    try {
+      return await run(deps, rest);
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      if (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS'))
+        throw new UsageError((error as Error).message, help);
+      throw error;
+    }
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    deps.io.err(`petstore: ${error.message}\n\n${error.help}`);
+    return 2;
+  }
 }

@@ -107,7 +107,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     const page = pages.get(url);
     if (page === undefined || request.headers.host === undefined || gate.blocksAddresses || closing()) return false;
     const started = performance.now();
-    const apiKeyId = gate.rememberedKey(request.headers.authorization, request.socket);
+    const apiKeyId = gate.rememberedKey(request.headers.authorization, request.socket, 'pets:read');
     if (apiKeyId === undefined) return false;
     let admission: Admission;
     try {

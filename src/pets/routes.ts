@@ -5,12 +5,14 @@ import type {
   HookHandlerDoneFunction,
   onRequestHookHandler,
 } from 'fastify';
+import type { Scope } from '../keys/keys.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError, unsupportedMediaType } from '../errors.js';
 import {
   commonErrors,
   errorResponse,
+  forbiddenResponse,
   CreatePetHeaders,
   GetPetParams,
   ListPetsQuery,
@@ -30,26 +32,28 @@ export interface PetDeps {
   store: Store;
   clock: Clock;
   config: Config;
-  authenticate: onRequestHookHandler;
+  /** The `onRequest` hook that admits a request with a key holding `scope` (http/auth.ts). */
+  authenticate: (scope: Scope) => onRequestHookHandler;
   /** Where listPets keeps the pages it may send again; absent when the store's pages can change. */
   pages?: PageCache;
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 
-const security = [{ apiKey: [] }];
+// OpenAPI 3.1 lets a bearer scheme's requirement name the roles it needs: here, the key's scope.
+const security = (scope: Scope) => [{ apiKey: [scope] }];
 
 export function listPets(app: FastifyInstance, { store, authenticate, pages }: PetDeps) {
   app.get<{ Querystring: ListQuery }>(
     '/v1/pets',
     {
-      onRequest: authenticate,
+      onRequest: authenticate('pets:read'),
       schema: {
         operationId: 'listPets',
         summary: 'List animals, oldest first, a page at a time',
         description:
           'Ascending id. When more animals match than `limit`, the response carries `Link: <…&cursor=…>; rel="next"`; following those links visits every animal that matched at the start exactly once, even while animals are added.',
-        security,
+        security: security('pets:read'),
         querystring: ListPetsQuery,
         response: {
           200: {
@@ -62,6 +66,7 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
             items: { $ref: 'Pet#' },
           },
           400: errorResponse('invalid_request: a query parameter is invalid, repeated or unknown.'),
+          403: forbiddenResponse('pets:read'),
           ...commonErrors,
         },
       },
@@ -111,14 +116,14 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
   app.post<{ Body: NewPet }>(
     '/v1/pets',
     {
-      onRequest: authenticate,
+      onRequest: authenticate('pets:write'),
       preValidation: [requireJsonBody, readIdempotencyKey],
       schema: {
         operationId: 'createPet',
         summary: 'Add an animal',
         description:
           'The 201 is sent once the animal is durable. With `Idempotency-Key`, a retry of the same body by the same API key within 24 hours gets the first response again and creates nothing; a retry while the first is still being processed gets 409, the key with a different body 422. A first request refused with a 4xx is not remembered.',
-        security,
+        security: security('pets:write'),
         headers: CreatePetHeaders,
         body: { $ref: 'NewPet#' },
         response: {
@@ -144,6 +149,7 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
           413: errorResponse('payload_too_large: the body is over 16 KiB.'),
           415: errorResponse('unsupported_media_type: the body is not sent as application/json (UTF-8).'),
           422: errorResponse('idempotency_mismatch: this Idempotency-Key was used with a different body.'),
+          403: forbiddenResponse('pets:write'),
           ...commonErrors,
         },
       },
@@ -184,7 +190,7 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
   app.get<{ Params: PetParams }>(
     '/v1/pets/:petId',
     {
-      onRequest: authenticate,
+      onRequest: authenticate('pets:read'),
       // Deprecated answers, errors included, carry the deprecation headers.
       preValidation: (_request, reply, done) => {
         reply.headers(headers);
@@ -200,7 +206,7 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
         description:
           'Deprecated since the Deprecation date, removed at the Sunset date (2030-12-05), after which it answers 410.',
         deprecated: true,
-        security,
+        security: security('pets:read'),
         params: GetPetParams,
         response: {
           200: { description: 'The animal.', headers: { ...deprecationHeaderDocs, ...rateLimitHeaders }, $ref: 'Pet#' },
@@ -211,6 +217,7 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
             deprecationHeaderDocs,
           ),
           410: errorResponse('gone: the sunset has passed; use GET /v1/pets.', deprecationHeaderDocs),
+          403: forbiddenResponse('pets:read'),
           ...commonErrors,
         },
       },

@@ -2,14 +2,16 @@ import { systemClock, type Clock } from '../clock.js';
 import type { ActiveKey } from './store.js';
 
 // CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
-// remembered for half that, so most requests cost no database work for their key.
+// remembered for half that, so most requests cost no database work for their key; never past
+// its expiry, so an expired key is never served from memory.
 const KEY_MEMORY_MS = 500;
 const KEYS_REMEMBERED = 1000;
 
 /**
  * `find` (the store's lookup of an active key by hash) with a short memory of the keys it
- * found. Revocations made through this store take effect at once (`forget`); those made
- * elsewhere (another instance, the keys command) within KEY_MEMORY_MS.
+ * found, until KEY_MEMORY_MS later or the key's expiry, whichever comes first. Revocations and
+ * rolls made through this store take effect at once (`forget`); those made elsewhere (another
+ * instance, the keys command) within KEY_MEMORY_MS.
  *
  * @example
  * const keys = rememberActiveKeys((hash) => lookUp(hash));
@@ -34,8 +36,10 @@ export function rememberActiveKeys(
       if (known) return known;
       const key = await find(hash);
       if (!key) return undefined;
+      const until = Math.min(now + KEY_MEMORY_MS, key.expiresAt ?? Infinity);
+      if (until <= now) return key;
       if (remembered.size >= KEYS_REMEMBERED) remembered = new Map();
-      remembered.set(name, { key, until: now + KEY_MEMORY_MS });
+      remembered.set(name, { key, until });
       return key;
     },
     /** The key `find` would answer from memory now, if any: no lookup, no promise. */

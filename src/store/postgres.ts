@@ -1,15 +1,22 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
 import { rememberActiveKeys } from './key-memory.js';
+import { batchKeyUses, type KeyUse } from './key-uses.js';
 import { readMigrations } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
 import {
+  ACTIVE_KEY_COLUMNS,
   countByStatus,
   EXPIRED_PER_CREATE,
   idempotencyValues,
+  KEY_COLUMNS,
+  refuseRoll,
   replayFor,
+  toActiveKey,
   toKey,
   toPet,
+  writeScopes,
+  type ActiveKeyRow,
   type IdempotencyRow,
   type KeyRow,
   type PetRow,
@@ -17,11 +24,13 @@ import {
 import {
   StoreUnavailableError,
   type IdempotencyClaim,
+  type KeyRoll,
   type ListQuery,
   type NewKeyRecord,
   type NewPetRecord,
   type OnceOutcome,
   type PetRecord,
+  type RollOutcome,
   type Store,
   type StoredResponse,
 } from './store.js';
@@ -33,6 +42,8 @@ export interface PostgresOptions {
   timeoutMs?: number;
   /** What remembering an active key for 500 ms counts by (key-memory.ts). */
   clock?: Clock;
+  /** How long a key's use waits in memory before it is written (key-uses.ts). */
+  keyUseFlushMs?: number;
 }
 
 const INT8_OID = 20;
@@ -59,7 +70,6 @@ const takeLock = (lock: number) =>
   `SELECT pg_advisory_xact_lock(${LOCK_CLASS + lock}, hashtext(coalesce(current_schema(), '')))`;
 
 const PET_COLUMNS = 'id, name, category_id, status';
-const KEY_COLUMNS = 'id, name, hint, created_at, revoked_at';
 
 const statements = {
   insertPet: `INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${PET_COLUMNS}`,
@@ -67,14 +77,29 @@ const statements = {
   listAll: `SELECT ${PET_COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
   listByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
   countByStatus: 'SELECT status, count(*) AS count FROM pets GROUP BY status',
-  insertKey: `INSERT INTO api_keys (name, hint, hash, created_at) VALUES ($1, $2, $3, $4) RETURNING ${KEY_COLUMNS}`,
-  findKey: 'SELECT id, hash FROM api_keys WHERE hash = $1 AND revoked_at IS NULL',
+  insertKey:
+    'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) VALUES ($1, $2, $3, $4, $5, $6) ' +
+    `RETURNING ${KEY_COLUMNS}`,
+  findKey: `SELECT ${ACTIVE_KEY_COLUMNS} FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`,
   listKeys: `SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY id`,
   revokeKey: 'UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL',
   lockFirstKey: takeLock(FIRST_KEY_LOCK),
   insertFirstKey:
-    'INSERT INTO api_keys (name, hint, hash, created_at) SELECT $1::text, $2::text, $3::bytea, $4::timestamptz ' +
+    'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) ' +
+    'SELECT $1::text, $2::text, $3::bytea, $4::timestamptz, $5::text, $6::timestamptz ' +
     `WHERE NOT EXISTS (SELECT 1 FROM api_keys) RETURNING ${KEY_COLUMNS}`,
+  // FOR UPDATE: a second roll of the key waits for the first to commit, then reads its replaced_by.
+  lockKey: `SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE`,
+  insertSuccessor:
+    'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) ' +
+    `SELECT name, $1, $2, $3, scopes, $4 FROM api_keys WHERE id = $5 RETURNING ${KEY_COLUMNS}`,
+  replaceKey:
+    'UPDATE api_keys SET replaced_by = $1, expires_at = least(expires_at, $2) ' +
+    `WHERE id = $3 AND replaced_by IS NULL AND revoked_at IS NULL RETURNING ${KEY_COLUMNS}`,
+  // One statement per batch; a use never moves last_used_at back (another instance wrote a later one).
+  writeKeyUses:
+    'UPDATE api_keys AS k SET last_used_at = u.at FROM unnest($1::bigint[], $2::timestamptz[]) AS u (id, at) ' +
+    'WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.at)',
   // The one-bigint advisory lock space, apart from the two-int4 one the locks above use. Held
   // for the transaction: while it is, a retry with the key (on any instance) is in flight.
   lockIdempotency:
@@ -168,7 +193,7 @@ const ignore = () => {};
  */
 export function openPostgresStore(
   url: string,
-  { poolSize = 10, timeoutMs = 5000, clock = systemClock }: PostgresOptions = {},
+  { poolSize = 10, timeoutMs = 5000, clock = systemClock, keyUseFlushMs }: PostgresOptions = {},
 ): Store {
   const connection: pg.ClientConfig = {
     connectionString: url,
@@ -238,15 +263,26 @@ export function openPostgresStore(
 
   // Most requests then cost no round trip for their key.
   const activeKeys = rememberActiveKeys(async (hash) => {
-    const { rows } = await query<{ id: bigint; hash: Buffer }>('findKey', [hash]);
-    return rows[0] && { id: Number(rows[0].id), hash: rows[0].hash };
+    const { rows } = await query<ActiveKeyRow>('findKey', [hash]);
+    return rows[0] && toActiveKey(rows[0]);
   }, clock);
+  const keyUses = batchKeyUses(async (uses: KeyUse[]) => {
+    await query('writeKeyUses', [uses.map((use) => use.id), uses.map((use) => new Date(use.at))]);
+  }, keyUseFlushMs);
+  const newKeyValues = (key: NewKeyRecord) => [
+    key.name,
+    key.hint,
+    key.hash,
+    key.createdAt,
+    writeScopes(key.scopes),
+    key.expiresAt ?? null,
+  ];
 
   // The newest window this instance has seen; when a newer one begins, older counts are deleted.
   let countersWindow = -Infinity;
 
   return {
-    memory: { rememberedKey: activeKeys.remembered, finalPages: false },
+    memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, finalPages: false },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
       const client = new pg.Client({
@@ -343,7 +379,7 @@ export function openPostgresStore(
     },
 
     async createKey(key: NewKeyRecord) {
-      const { rows } = await query<KeyRow>('insertKey', [key.name, key.hint, key.hash, key.createdAt]);
+      const { rows } = await query<KeyRow>('insertKey', newKeyValues(key));
       return toKey(rows[0]!);
     },
 
@@ -354,6 +390,24 @@ export function openPostgresStore(
     async listKeys() {
       const { rows } = await query<KeyRow>('listKeys');
       return rows.map(toKey);
+    },
+
+    async rollKey({ id, successor, oldExpiresAt, at }: KeyRoll): Promise<RollOutcome> {
+      activeKeys.forget();
+      return inTransaction(async (client): Promise<RollOutcome> => {
+        const { rows } = await query<KeyRow>('lockKey', [id], client);
+        const refused = refuseRoll(rows[0], at);
+        if (refused) return refused;
+        const { rows: made } = await query<KeyRow>(
+          'insertSuccessor',
+          [successor.hint, successor.hash, successor.createdAt, successor.expiresAt ?? null, id],
+          client,
+        );
+        const { rows: old } = await query<KeyRow>('replaceKey', [made[0]!.id, oldExpiresAt, id], client);
+        // Rolls back the successor too; the row lock above makes it unreachable.
+        if (!old[0]) throw new Error('roll raced');
+        return { kind: 'rolled', old: toKey(old[0]), successor: toKey(made[0]!) };
+      });
     },
 
     async revokeKey(id: number, at: Date) {
@@ -367,7 +421,7 @@ export function openPostgresStore(
       // any key another instance committed while we waited.
       const row = await inTransaction(async (client) => {
         await query('lockFirstKey', [], client);
-        const { rows } = await query<KeyRow>('insertFirstKey', [key.name, key.hint, key.hash, key.createdAt], client);
+        const { rows } = await query<KeyRow>('insertFirstKey', newKeyValues(key), client);
         return rows[0];
       });
       return row && toKey(row);
@@ -384,7 +438,7 @@ export function openPostgresStore(
     },
 
     async close() {
-      closed ??= pool.end();
+      closed ??= keyUses.close().then(() => pool.end());
       await closed;
     },
   };

@@ -1,5 +1,6 @@
+import { scopes as allScopes, type Scope } from '../keys/keys.js';
 import type { PetStatus } from '../schemas.js';
-import type { IdempotencyClaim, KeyRecord, OnceOutcome, PetRecord, StoredResponse } from './store.js';
+import type { ActiveKey, IdempotencyClaim, KeyRecord, OnceOutcome, PetRecord, StoredResponse } from './store.js';
 
 /** A `pets` row as both stores read it: int64 columns as `bigint`. */
 export interface PetRow {
@@ -9,14 +10,47 @@ export interface PetRow {
   status: PetStatus;
 }
 
+type Time = string | Date;
+
 /** An `api_keys` row: SQLite keeps times as ISO 8601 text, PostgreSQL as timestamptz. */
 export interface KeyRow {
   id: bigint;
   name: string;
   hint: string;
-  created_at: string | Date;
-  revoked_at: string | Date | null;
+  scopes: string;
+  created_at: Time;
+  expires_at: Time | null;
+  revoked_at: Time | null;
+  last_used_at: Time | null;
+  replaced_by: bigint | null;
 }
+
+export const KEY_COLUMNS = 'id, name, hint, scopes, created_at, expires_at, revoked_at, last_used_at, replaced_by';
+
+/** What `findActiveKey` reads of a key that is not revoked. */
+export interface ActiveKeyRow {
+  id: bigint;
+  hash: Buffer;
+  scopes: string;
+  expires_at: Time | null;
+}
+
+export const ACTIVE_KEY_COLUMNS = 'id, hash, scopes, expires_at';
+
+/** The `scopes` column: space-separated scope names, as OAuth writes them. */
+export const writeScopes = (list: readonly Scope[] = allScopes): string => list.join(' ');
+
+// Written by writeScopes only; a word this version does not know grants nothing.
+const readScopes = (text: string): Scope[] => allScopes.filter((scope) => text.split(' ').includes(scope));
+
+const toDate = (time: Time | null): Date | null => (time === null ? null : new Date(time));
+
+export const toActiveKey = (row: ActiveKeyRow): ActiveKey => ({
+  id: Number(row.id),
+  hash: row.hash,
+  scopes: readScopes(row.scopes),
+  expiresAt: row.expires_at === null ? null : new Date(row.expires_at).getTime(),
+});
 
 export const toPet = (row: PetRow): PetRecord => ({
   id: row.id,
@@ -29,9 +63,25 @@ export const toKey = (row: KeyRow): KeyRecord => ({
   id: Number(row.id),
   name: row.name,
   hint: row.hint,
+  scopes: readScopes(row.scopes),
   createdAt: new Date(row.created_at),
-  revokedAt: row.revoked_at === null ? null : new Date(row.revoked_at),
+  expiresAt: toDate(row.expires_at),
+  revokedAt: toDate(row.revoked_at),
+  lastUsedAt: toDate(row.last_used_at),
+  replacedBy: row.replaced_by === null ? null : Number(row.replaced_by),
 });
+
+/**
+ * Why key `row` cannot be rolled at `at`, or undefined when it can: the one rule both stores
+ * apply inside the roll's transaction.
+ */
+export function refuseRoll(row: KeyRow | undefined, at: Date) {
+  if (!row) return { kind: 'unknown' } as const;
+  if (row.revoked_at !== null) return { kind: 'revoked' } as const;
+  if (row.replaced_by !== null) return { kind: 'replaced', by: Number(row.replaced_by) } as const;
+  if (row.expires_at !== null && new Date(row.expires_at) <= at) return { kind: 'expired' } as const;
+  return undefined;
+}
 
 /** `SELECT status, count(*) … GROUP BY status` rows as a count for every status, 0 when absent. */
 export function countByStatus(rows: { status: PetStatus; count: bigint | number }[]): Record<PetStatus, number> {

@@ -5,25 +5,34 @@ import { systemClock, type Clock } from '../clock.js';
 import { memoryCounters } from './counters.js';
 import { groupCommits } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
+import { batchKeyUses, type KeyUse } from './key-uses.js';
 import { readMigrations } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
 import {
+  ACTIVE_KEY_COLUMNS,
   countByStatus,
   EXPIRED_PER_CREATE,
   idempotencyValues,
+  KEY_COLUMNS,
+  refuseRoll,
   replayFor,
+  toActiveKey,
   toKey,
+  writeScopes,
+  type ActiveKeyRow,
   type IdempotencyRow,
   type KeyRow,
 } from './rows.js';
 import {
   StoreUnavailableError,
   type IdempotencyClaim,
+  type KeyRoll,
   type ListQuery,
   type NewKeyRecord,
   type NewPetRecord,
   type OnceOutcome,
   type PetRecord,
+  type RollOutcome,
   type Store,
   type StoredResponse,
   wrapMethods,
@@ -55,7 +64,11 @@ function asUnavailable(error: unknown): never {
  */
 export function openSqliteStore(
   path: string,
-  { busyTimeoutMs = 5000, clock = systemClock }: { busyTimeoutMs?: number; clock?: Clock } = {},
+  {
+    busyTimeoutMs = 5000,
+    clock = systemClock,
+    keyUseFlushMs,
+  }: { busyTimeoutMs?: number; clock?: Clock; keyUseFlushMs?: number } = {},
 ): Store {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
@@ -105,15 +118,30 @@ export function openSqliteStore(
       'INSERT INTO idempotency_keys (api_key_id, key, fingerprint, response_status, response_body, ' +
         'response_location, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
     ),
-    insertKey: db.prepare('INSERT INTO api_keys (name, hint, hash, created_at) VALUES (?, ?, ?, ?)'),
-    findKey: db.prepare<[Buffer], { id: bigint; hash: Buffer }>(
-      'SELECT id, hash FROM api_keys WHERE hash = ? AND revoked_at IS NULL',
+    insertKey: db.prepare(
+      'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) VALUES (?, ?, ?, ?, ?, ?)',
     ),
-    listKeys: db.prepare<[], KeyRow>('SELECT id, name, hint, created_at, revoked_at FROM api_keys ORDER BY id'),
-    getKey: db.prepare<[bigint], KeyRow>('SELECT id, name, hint, created_at, revoked_at FROM api_keys WHERE id = ?'),
+    findKey: db.prepare<[Buffer], ActiveKeyRow>(
+      `SELECT ${ACTIVE_KEY_COLUMNS} FROM api_keys WHERE hash = ? AND revoked_at IS NULL`,
+    ),
+    listKeys: db.prepare<[], KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY id`),
+    getKey: db.prepare<[bigint], KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = ?`),
     revokeKey: db.prepare('UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
     insertFirstKey: db.prepare(
-      'INSERT INTO api_keys (name, hint, hash, created_at) SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM api_keys)',
+      'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) SELECT ?, ?, ?, ?, ?, ? ' +
+        'WHERE NOT EXISTS (SELECT 1 FROM api_keys)',
+    ),
+    insertSuccessor: db.prepare(
+      'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) ' +
+        'SELECT name, ?, ?, ?, scopes, ? FROM api_keys WHERE id = ?',
+    ),
+    // ISO 8601 text in UTC sorts as time does, so min() and < compare instants.
+    replaceKey: db.prepare(
+      'UPDATE api_keys SET replaced_by = ?, expires_at = min(coalesce(expires_at, ?), ?) ' +
+        'WHERE id = ? AND replaced_by IS NULL AND revoked_at IS NULL',
+    ),
+    noteKeyUse: db.prepare(
+      'UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)',
     ),
   });
   const countHit = memoryCounters();
@@ -123,8 +151,33 @@ export function openSqliteStore(
   };
   const activeKeys = rememberActiveKeys((hash) => {
     const row = ready().findKey.get(hash);
-    return row && { id: Number(row.id), hash: row.hash };
+    return row && toActiveKey(row);
   }, clock);
+  const writeKeyUses = db.transaction((uses: KeyUse[]) => {
+    for (const { id, at } of uses) {
+      const time = new Date(at).toISOString();
+      ready().noteKeyUse.run(time, BigInt(id), time);
+    }
+  });
+  // Off the request path, so it must not block it either: a write lock another process holds
+  // makes this batch fail at once (and be retried with the next one) rather than wait busy_timeout.
+  const keyUses = batchKeyUses((uses) => {
+    db.pragma('busy_timeout = 0');
+    try {
+      writeKeyUses.immediate(uses);
+    } finally {
+      db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
+    }
+  }, keyUseFlushMs);
+  const newKeyValues = (key: NewKeyRecord) =>
+    [
+      key.name,
+      key.hint,
+      key.hash,
+      key.createdAt.toISOString(),
+      writeScopes(key.scopes),
+      key.expiresAt?.toISOString() ?? null,
+    ] as const;
   const inserts = groupCommits(
     db,
     (pet: NewPetRecord): PetRecord => {
@@ -135,7 +188,7 @@ export function openSqliteStore(
   );
 
   return busyAsUnavailable({
-    memory: { rememberedKey: activeKeys.remembered, countHit, finalPages: true },
+    memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, countHit, finalPages: true },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
       const names: string[] = [];
@@ -214,7 +267,7 @@ export function openSqliteStore(
     },
 
     async createKey(key: NewKeyRecord) {
-      const { lastInsertRowid } = ready().insertKey.run(key.name, key.hint, key.hash, key.createdAt.toISOString());
+      const { lastInsertRowid } = ready().insertKey.run(...newKeyValues(key));
       return toKey(ready().getKey.get(BigInt(lastInsertRowid))!);
     },
 
@@ -226,18 +279,37 @@ export function openSqliteStore(
       return ready().listKeys.all().map(toKey);
     },
 
+    async rollKey({ id, successor, oldExpiresAt, at }: KeyRoll): Promise<RollOutcome> {
+      const s = ready();
+      activeKeys.forget();
+      // IMMEDIATE: rolls from two processes take turns; the second finds replaced_by set.
+      return db
+        .transaction((): RollOutcome => {
+          const refused = refuseRoll(s.getKey.get(BigInt(id)), at);
+          if (refused) return refused;
+          const { lastInsertRowid } = s.insertSuccessor.run(
+            successor.hint,
+            successor.hash,
+            successor.createdAt.toISOString(),
+            successor.expiresAt?.toISOString() ?? null,
+            BigInt(id),
+          );
+          const ends = oldExpiresAt.toISOString();
+          // Rolls back the successor too; the check above, under the write lock, makes it unreachable.
+          if (s.replaceKey.run(lastInsertRowid, ends, ends, BigInt(id)).changes === 0) throw new Error('roll raced');
+          const old = toKey(s.getKey.get(BigInt(id))!);
+          return { kind: 'rolled', old, successor: toKey(s.getKey.get(BigInt(lastInsertRowid))!) };
+        })
+        .immediate();
+    },
+
     async revokeKey(id: number, at: Date) {
       activeKeys.forget();
       return ready().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
     },
 
     async createFirstKey(key: NewKeyRecord) {
-      const { changes, lastInsertRowid } = ready().insertFirstKey.run(
-        key.name,
-        key.hint,
-        key.hash,
-        key.createdAt.toISOString(),
-      );
+      const { changes, lastInsertRowid } = ready().insertFirstKey.run(...newKeyValues(key));
       return changes > 0 ? toKey(ready().getKey.get(BigInt(lastInsertRowid))!) : undefined;
     },
 
@@ -247,7 +319,10 @@ export function openSqliteStore(
     },
 
     async close() {
-      if (statements) inserts.flush();
+      if (statements) {
+        inserts.flush();
+        await keyUses.close();
+      }
       db.close();
     },
   });

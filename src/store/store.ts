@@ -1,3 +1,4 @@
+import type { Scope } from '../keys/keys.js';
 import type { PetStatus } from '../schemas.js';
 
 export interface PetRecord {
@@ -20,8 +21,15 @@ export interface KeyRecord {
   id: number;
   name: string;
   hint: string;
+  scopes: Scope[];
   createdAt: Date;
+  /** From this instant on the key is refused; null: never. */
+  expiresAt: Date | null;
   revokedAt: Date | null;
+  /** When a request last used it, as written at most once a minute per instance; null: never. */
+  lastUsedAt: Date | null;
+  /** The id of the key `keys roll` issued to replace it. */
+  replacedBy: number | null;
 }
 
 export interface NewKeyRecord {
@@ -29,7 +37,28 @@ export interface NewKeyRecord {
   hint: string;
   hash: Buffer;
   createdAt: Date;
+  /** All three when absent, as every key issued before scopes existed. */
+  scopes?: Scope[];
+  expiresAt?: Date | null;
 }
+
+/** A successor for key `id` (`keys roll`): its name and scopes are the old key's. */
+export interface KeyRoll {
+  id: number;
+  successor: Omit<NewKeyRecord, 'name' | 'scopes'>;
+  /** The old key expires then, or earlier when it already would. */
+  oldExpiresAt: Date;
+  /** Now: a key expired by then cannot be rolled. */
+  at: Date;
+}
+
+export type RollOutcome =
+  | { kind: 'rolled'; old: KeyRecord; successor: KeyRecord }
+  | { kind: 'unknown' }
+  | { kind: 'revoked' }
+  | { kind: 'expired' }
+  /** Another roll replaced it first (perhaps at this very moment): never two successors. */
+  | { kind: 'replaced'; by: number };
 
 /** What the first answer to an idempotent request was, replayed to its retries. */
 export interface StoredResponse {
@@ -58,16 +87,29 @@ export type OnceOutcome =
   /** Another request with the key is being processed right now (on any instance). */
   | { kind: 'in_flight' };
 
-/** An active API key as the stores find it: its id and its stored hash. */
+/**
+ * A key that is not revoked, as the stores find it: its id, stored hash, scopes and expiry.
+ * It may have expired: callers compare `expiresAt` (unix ms, null: never) with their clock.
+ */
 export interface ActiveKey {
   id: number;
   hash: Buffer;
+  scopes: readonly Scope[];
+  expiresAt: number | null;
 }
 
 /** What a store answers from this process's memory, synchronously: no database work, no promise. */
 export interface StoreMemory {
-  /** The active key with this hash, when the store found it active in the last 500 ms (see key-memory.ts). */
+  /**
+   * The active key with this hash, when the store found it active in the last 500 ms and it has
+   * not expired since (see key-memory.ts).
+   */
   rememberedKey(hash: Buffer): ActiveKey | undefined;
+  /**
+   * Notes that key `id` was used at `now` (unix ms). Kept in memory; written in batches, at most
+   * once a minute per key, off the request path (key-uses.ts). Never throws.
+   */
+  noteKeyUse(id: number, now: number): void;
   /** countHit, when the store counts in this process (SQLite): the same count, at once. */
   countHit?(subject: string, windowStart: number): number;
   /**
@@ -113,9 +155,14 @@ export interface Store {
   countPetsByStatus(): Promise<Record<PetStatus, number>>;
 
   createKey(key: NewKeyRecord): Promise<KeyRecord>;
-  /** The hash of the active (not revoked) key with this hash, if any. */
+  /** The key with this hash unless it is revoked (an expired one too: see ActiveKey), if any. */
   findActiveKey(hash: Buffer): Promise<ActiveKey | undefined>;
   listKeys(): Promise<KeyRecord[]>;
+  /**
+   * Issues a successor to a key that is neither revoked, expired nor already replaced, and sets
+   * the old key's expiry, in one transaction; of two rolls of one key at once, one wins.
+   */
+  rollKey(roll: KeyRoll): Promise<RollOutcome>;
   /** Creates the key only if the store has no key at all, atomically; else undefined. */
   createFirstKey(key: NewKeyRecord): Promise<KeyRecord | undefined>;
   /** False when no active key has this id. */
@@ -127,6 +174,7 @@ export interface Store {
    */
   countHit(subject: string, windowStart: number): Promise<number>;
 
+  /** Writes the key uses not yet written, then closes. */
   close(): Promise<void>;
 }
 
