@@ -68,11 +68,14 @@ export interface TestApp {
 /** The whole service on a fresh SQLite file, with one API key, closed after the test. */
 export async function startApp(
   t: TestContext,
-  { env = {}, store: given }: { env?: Record<string, string>; store?: Store } = {},
+  {
+    env = {},
+    store: given,
+    clock = manualClock(),
+  }: { env?: Record<string, string>; store?: Store; clock?: ReturnType<typeof manualClock> } = {},
 ): Promise<TestApp> {
   const store = given ?? (await defaultStore(t));
   const config = loadConfig({ ...env });
-  const clock = manualClock();
   const app = await buildApp({ config, store, clock, logger: false });
   t.after(() => app.close());
   const { key } = await issueKey(store, 'test');

@@ -110,6 +110,8 @@ export async function createPostgresSchema(t: TestContext): Promise<string> {
 /** What a test may set on a store it opens, besides where its database is. */
 export interface StoreOptions {
   clock?: Clock;
+  /** How long a key's use waits in memory before it is written (src/store/key-uses.ts). */
+  keyUseFlushMs?: number;
 }
 
 /** `open`, with every store it opens closed after the test. */
