@@ -18,6 +18,11 @@ export interface TestDatabase {
   execute(sql: string): Promise<void>;
   /** The first column of the first row `sql` returns, as a number. */
   scalar(sql: string): Promise<number>;
+  /**
+   * Blocks writes to `table` (SQLite: to the whole file) from a connection of its own, as a long
+   * transaction elsewhere would, until the returned function is called; reads go on.
+   */
+  blockWrites(table: string): Promise<() => Promise<void>>;
 }
 
 export interface StoreKind {
@@ -157,6 +162,14 @@ const sqlite: StoreKind = {
           db.close();
         }
       },
+      async blockWrites() {
+        const db = new Database(path);
+        db.exec('BEGIN IMMEDIATE');
+        return async () => {
+          db.exec('ROLLBACK');
+          db.close();
+        };
+      },
     };
   },
 };
@@ -171,6 +184,19 @@ const postgres: StoreKind = {
       open,
       execute: async (sql) => void (await adminQuery(url, sql)),
       scalar: async (sql) => Number(Object.values((await adminQuery(url, sql)).rows[0] as object)[0]),
+      async blockWrites(table) {
+        const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
+        client.on('error', () => {});
+        await client.connect();
+        await client.query('BEGIN');
+        await client.query(`LOCK TABLE ${table} IN EXCLUSIVE MODE`);
+        const release = async () => {
+          await client.query('ROLLBACK');
+          await client.end();
+        };
+        afterTest(t, () => client.end().catch(() => {}));
+        return release;
+      },
     };
   },
 };
