@@ -6,6 +6,7 @@ import { promisify } from 'node:util';
 import ts from 'typescript';
 import { PetstoreClient, PetstoreError, type Pet } from '../clients/typescript/src/index.js';
 import { generateSchema, SCHEMA_PATH } from '../clients/typescript/scripts/schema.js';
+import { issueKey } from '../src/keys/cli.js';
 import { StoreUnavailableError, type Store } from '../src/store/store.js';
 import { startApp, tempSqliteStore } from './helpers.js';
 
@@ -101,7 +102,7 @@ test('pets() pages through 300 animals following rel="next": each once, in order
 });
 
 test('failures throw PetstoreError with the Error body code, message and status', async (t) => {
-  const { client, address } = await liveService(t);
+  const { client, address, store } = await liveService(t);
   const missing = await rejection(client.getPet(424242n));
   assert.deepEqual([missing.code, missing.status], ['not_found', 404]);
   assert.match(missing.message, /424242/);
@@ -114,6 +115,13 @@ test('failures throw PetstoreError with the Error body code, message and status'
   const stranger = new PetstoreClient({ baseUrl: `${address}/v1`, apiKey: 'psk_not_a_key' });
   const refused = await rejection(stranger.listPets());
   assert.deepEqual([refused.code, refused.status], ['unauthorized', 401]);
+
+  const { key: readOnly } = await issueKey(store, 'dashboard', new Date(), { scopes: ['pets:read'] });
+  const reader = new PetstoreClient({ baseUrl: `${address}/v1`, apiKey: readOnly });
+  assert.deepEqual(await reader.listPets(), { pets: [] });
+  const forbidden = await rejection(reader.createPet({ name: 'Rex', categoryId: 1n }, { retries: 3 }));
+  assert.deepEqual([forbidden.code, forbidden.status], ['forbidden', 403]);
+  assert.match(forbidden.message, /pets:write/);
 
   const nobody = new PetstoreClient({ baseUrl: 'http://127.0.0.1:1/v1', apiKey: 'psk_x' });
   const unreachable = await rejection(nobody.listPets());

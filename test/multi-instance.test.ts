@@ -163,4 +163,67 @@ test('two petstore processes share one PostgreSQL database', { skip: postgresSki
     assert.equal(((await refused.json()) as { code: string }).code, 'unauthorized');
     assert.equal((await get(a, '/v1/pets')).status, 200, 'the other key still works');
   });
+  /** Polls both instances with `key` until both answer `status`; the time that took, in ms from `since`. */
+  async function untilBoth(key: string, status: number, since: number): Promise<number> {
+    const answered = new Set<Server>();
+    while (answered.size < 2 && Date.now() - since <= 2000) {
+      for (const server of [a, b]) {
+        const response = await get(server, '/v1/pets', key);
+        if (response.status === status) answered.add(server);
+      }
+      if (answered.size < 2) await sleep(25);
+    }
+    assert.equal(answered.size, 2, `both instances answer ${status}`);
+    return Date.now() - since;
+  }
+
+  await t.test('a read-only key is refused 403 on create by both, before validation', async () => {
+    const made = await runCli(['keys', 'create', '--name', 'dashboard', '--scope', 'pets:read', '--json'], env());
+    const { key } = JSON.parse(made.stdout) as { key: string };
+    for (const server of [a, b]) {
+      assert.equal((await get(server, '/v1/pets', key)).status, 200);
+      const refused = await fetch(`${server.url}/v1/pets`, {
+        method: 'POST',
+        headers: { ...auth(key), 'content-type': 'application/json' },
+        body: '{"not json',
+      });
+      assert.equal(refused.status, 403);
+      assert.equal(
+        refused.headers.get('www-authenticate'),
+        'Bearer realm="petstore", error="insufficient_scope", scope="pets:write"',
+      );
+    }
+  });
+
+  await t.test('a rolled key works on both through the grace; after it both refuse it within one second', async () => {
+    const made = await runCli(['keys', 'create', '--name', 'rolled', '--json'], env());
+    const old = JSON.parse(made.stdout) as { id: number; key: string };
+    const rolled = await runCli(['keys', 'roll', String(old.id), '--grace', '3s', '--json'], env());
+    assert.equal(rolled.code, 0, rolled.stderr);
+    const successor = JSON.parse(rolled.stdout) as { key: string; replacedExpiresAt: string };
+    const graceEnds = Date.parse(successor.replacedExpiresAt);
+    for (const server of [a, b]) {
+      assert.equal((await get(server, '/v1/pets', old.key)).status, 200);
+      assert.equal((await get(server, '/v1/pets', successor.key)).status, 200);
+    }
+    assert.ok(Date.now() < graceEnds, 'checked within the grace');
+    while (Date.now() < graceEnds) await sleep(25);
+    assert.ok((await untilBoth(old.key, 401, graceEnds)) <= 1000, 'refused within one second of its expiry');
+    const refused = await get(a, '/v1/pets', old.key);
+    assert.equal(refused.headers.get('www-authenticate'), 'Bearer realm="petstore", error="invalid_token"');
+    assert.match(((await refused.json()) as { message: string }).message, /expired/);
+    for (const server of [a, b]) assert.equal((await get(server, '/v1/pets', successor.key)).status, 200);
+  });
+
+  await t.test('keys roll --grace 0: both refuse the old key within one second', async () => {
+    const made = await runCli(['keys', 'create', '--name', 'leaked', '--json'], env());
+    const old = JSON.parse(made.stdout) as { id: number; key: string };
+    for (const server of [a, b]) assert.equal((await get(server, '/v1/pets', old.key)).status, 200);
+    const rolled = await runCli(['keys', 'roll', String(old.id), '--grace', '0', '--json'], env());
+    assert.equal(rolled.code, 0, rolled.stderr);
+    const rolledAt = Date.now();
+    assert.ok((await untilBoth(old.key, 401, rolledAt)) <= 1000, 'refused within one second of the roll');
+    const { key } = JSON.parse(rolled.stdout) as { key: string };
+    for (const server of [a, b]) assert.equal((await get(server, '/v1/pets', key)).status, 200);
+  });
 });

@@ -87,7 +87,7 @@ export interface components {
              * @description Stable snake_case word; see the table in the API description.
              * @enum {string}
              */
-            code: "invalid_request" | "unauthorized" | "not_found" | "method_not_allowed" | "request_timeout" | "idempotency_conflict" | "gone" | "payload_too_large" | "uri_too_long" | "unsupported_media_type" | "idempotency_mismatch" | "rate_limited" | "headers_too_large" | "internal_error" | "unavailable";
+            code: "invalid_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "request_timeout" | "idempotency_conflict" | "gone" | "payload_too_large" | "uri_too_long" | "unsupported_media_type" | "idempotency_mismatch" | "rate_limited" | "headers_too_large" | "internal_error" | "unavailable";
             /** @description One sentence a person can act on, naming what is at fault. */
             message: string;
             /** @description The HTTP status code of the response. */
@@ -141,10 +141,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unauthorized: the API key is missing, not Bearer, unknown or revoked. */
+            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
             401: {
                 headers: {
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden: the API key is valid but does not hold the scope pets:read. */
+            403: {
+                headers: {
+                    /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:read" (RFC 6750 section 3.1). */
                     "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
@@ -252,10 +263,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unauthorized: the API key is missing, not Bearer, unknown or revoked. */
+            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
             401: {
                 headers: {
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden: the API key is valid but does not hold the scope pets:write. */
+            403: {
+                headers: {
+                    /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:write" (RFC 6750 section 3.1). */
                     "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
@@ -403,10 +425,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unauthorized: the API key is missing, not Bearer, unknown or revoked. */
+            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
             401: {
                 headers: {
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden: the API key is valid but does not hold the scope pets:read. */
+            403: {
+                headers: {
+                    /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:read" (RFC 6750 section 3.1). */
                     "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
