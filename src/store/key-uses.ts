@@ -20,10 +20,7 @@ export interface KeyUse {
  * uses.note(7, Date.now()); // a Map lookup; written within KEY_USE_FLUSH_MS
  * await uses.close(); // writes what is pending
  */
-export function batchKeyUses(
-  write: (uses: KeyUse[]) => Promise<void> | void,
-  flushEveryMs: number = KEY_USE_FLUSH_MS,
-) {
+export function batchKeyUses(write: (uses: KeyUse[]) => Promise<void> | void, flushEveryMs: number = KEY_USE_FLUSH_MS) {
   const pending = new Map<number, number>();
   const written = new Map<number, number>();
   let timer: NodeJS.Timeout | undefined;
