@@ -73,7 +73,7 @@ export interface Gate {
    * `scope`; undefined when only `admit` can tell. Checks without counting anything.
    */
   rememberedKey(authorization: string | undefined, connection: object, scope: Scope): number | undefined;
-  /** Counts a request by a key known to be active, as `admit` does. */
+  /** Counts a request by a key known to be active and holding the scope, and notes its use, as `admit` does. */
   admitKey(apiKeyId: number): Admitted;
   /** True while `admit` may refuse an address before looking at its key. */
   readonly blocksAddresses: boolean;

@@ -238,7 +238,7 @@ const iso = (date: Date | null) => date?.toISOString() ?? null;
 // CONTRACT.md: last use to the minute.
 const toMinute = (date: Date) => new Date(date.getTime() - (date.getTime() % 60_000)).toISOString();
 
-export function keyState(key: KeyRecord, now: Date): 'active' | 'expired' | 'revoked' {
+function keyState(key: KeyRecord, now: Date): 'active' | 'expired' | 'revoked' {
   if (key.revokedAt) return 'revoked';
   return key.expiresAt && key.expiresAt <= now ? 'expired' : 'active';
 }
@@ -360,13 +360,14 @@ async function rollKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
     );
   }
   const now = deps.now?.() ?? new Date();
+  if (now.getTime() + grace > LATEST) throw new UsageError('the grace must end before the year 10000', help);
   const asked = readExpiry(values, now, help);
   const key = makeKey();
   const outcome = await deps.withStore(async (store) => {
     const old = (await store.listKeys()).find((k) => k.id === id);
     // By default the successor lives as long as the old key was issued to.
     const lifetime = old?.expiresAt ? old.expiresAt.getTime() - old.createdAt.getTime() : undefined;
-    const expiresAt = asked ?? (lifetime === undefined ? null : new Date(now.getTime() + lifetime));
+    const expiresAt = asked ?? (lifetime === undefined ? null : new Date(Math.min(now.getTime() + lifetime, LATEST)));
     return store.rollKey({
       id,
       successor: { hint: keyHint(key), hash: hashKey(key), createdAt: now, expiresAt },
