@@ -107,8 +107,8 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
     return credentials;
   };
 
-  const admitKey = (apiKeyId: number): Admitted => {
-    store.memory.noteKeyUse(apiKeyId, clock.now());
+  const admitKey = (apiKeyId: number, now = clock.now()): Admitted => {
+    store.memory.noteKeyUse(apiKeyId, now);
     const rateFields = limits.admitKey(apiKeyId);
     return rateFields instanceof Promise
       ? rateFields.then((fields) => ({ apiKeyId, rateFields: fields }))
@@ -116,7 +116,7 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
   };
 
   // By the service's clock: from that instant on, on every instance (CONTRACT.md expiry).
-  const expired = (key: ActiveKey) => key.expiresAt !== null && key.expiresAt <= clock.now();
+  const expired = (key: ActiveKey, now: number) => key.expiresAt !== null && key.expiresAt <= now;
 
   const permit = (key: ActiveKey, scope: Scope) => {
     if (!key.scopes.includes(scope)) throw forbidden[scope];
@@ -126,26 +126,28 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
   async function lookUp(address: string, token: string, hash: Buffer, scope: Scope): Promise<Admission> {
     const found = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
     const key = found && sameHash(found.hash, hash) ? found : undefined;
-    if (!key || expired(key)) {
+    const now = clock.now();
+    if (!key || expired(key, now)) {
       throw (
         (await limits.noteRefusedKey(address)) ??
         (key ? expiredKey(key) : refuse('The API key is not valid or has been revoked.', true))
       );
     }
-    return admitKey(permit(key, scope));
+    return admitKey(permit(key, scope), now);
   }
 
-  const remembered = (hash: Buffer) => {
+  const remembered = (hash: Buffer, now: number) => {
     const key = store.memory.rememberedKey(hash);
-    return key && sameHash(key.hash, hash) && !expired(key) ? key : undefined;
+    return key && sameHash(key.hash, hash) && !expired(key, now) ? key : undefined;
   };
 
   return {
     admit(address, authorization, connection, scope) {
       limits.refuseBlocked(address);
       const { token, hash } = credentialsOf(authorization, connection);
-      const key = remembered(hash);
-      return key === undefined ? lookUp(address, token, hash, scope) : admitKey(permit(key, scope));
+      const now = clock.now();
+      const key = remembered(hash, now);
+      return key === undefined ? lookUp(address, token, hash, scope) : admitKey(permit(key, scope), now);
     },
     rememberedKey(authorization, connection, scope) {
       let credentials: Credentials;
@@ -154,7 +156,7 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
       } catch {
         return undefined;
       }
-      const key = remembered(credentials.hash);
+      const key = remembered(credentials.hash, clock.now());
       return key?.scopes.includes(scope) ? key.id : undefined;
     },
     admitKey,
