@@ -30,14 +30,15 @@ for (const kind of storeKinds) {
     const store = await migrated(t);
     const at = new Date('2026-11-22T10:00:00.000Z');
     const { record } = await issueKey(store, 'dashboard', at, { scopes: ['pets:read', 'metrics:read'] });
-    const [roll, key] = rollOf(record.id, at, 24 * HOUR);
+    const ends = new Date(at.getTime() + 90 * 24 * HOUR);
+    const [roll, key] = rollOf(record.id, at, 24 * HOUR, ends);
     const outcome = await store.rollKey(roll);
     assert.equal(outcome.kind, 'rolled');
     if (outcome.kind !== 'rolled') return;
     const { old, successor } = outcome;
     assert.deepEqual(
       [successor.name, successor.scopes, successor.expiresAt, successor.replacedBy],
-      ['dashboard', ['pets:read', 'metrics:read'], null, null],
+      ['dashboard', ['pets:read', 'metrics:read'], ends, null],
     );
     assert.deepEqual([old.id, old.replacedBy, old.expiresAt], [record.id, successor.id, roll.oldExpiresAt]);
     assert.equal((await store.findActiveKey(hashKey(key)))?.id, successor.id);

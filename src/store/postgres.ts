@@ -92,7 +92,8 @@ const statements = {
   lockKey: `SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE`,
   insertSuccessor:
     'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) ' +
-    `SELECT name, $1, $2, $3, scopes, $4 FROM api_keys WHERE id = $5 RETURNING ${KEY_COLUMNS}`,
+    `SELECT name, $1::text, $2::bytea, $3::timestamptz, scopes, $4::timestamptz FROM api_keys WHERE id = $5 ` +
+    `RETURNING ${KEY_COLUMNS}`,
   replaceKey:
     'UPDATE api_keys SET replaced_by = $1, expires_at = least(expires_at, $2) ' +
     `WHERE id = $3 AND replaced_by IS NULL AND revoked_at IS NULL RETURNING ${KEY_COLUMNS}`,
