@@ -80,3 +80,16 @@ test('an active key is answered from memory for 500 ms by the injected clock, th
   keys.forget();
   assert.equal(keys.remembered(key.hash), undefined);
 });
+
+test('a key is remembered until 500 ms later or its expiry, whichever comes first, and an expired one not at all', async () => {
+  let now = 1_700_000_000_000;
+  const expiring = { id: 8, hash: hashKey(makeKey()), scopes: ['pets:read' as const], expiresAt: now + 200 };
+  const keys = rememberActiveKeys(() => expiring, { now: () => now });
+  assert.equal(await keys.find(expiring.hash), expiring);
+  now += 199;
+  assert.equal(keys.remembered(expiring.hash), expiring);
+  now += 1;
+  assert.equal(keys.remembered(expiring.hash), undefined, 'forgotten at its expiry');
+  assert.equal(await keys.find(expiring.hash), expiring, 'still found, so the service can say it expired');
+  assert.equal(keys.remembered(expiring.hash), undefined, 'never remembered once expired');
+});
