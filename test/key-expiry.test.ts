@@ -100,3 +100,18 @@ test('an unknown or revoked key is still refused as not valid, not as expired', 
     assert.doesNotMatch(message, /expired/);
   }
 });
+
+test("expiry follows the service's clock even while the store still remembers the key by its own", async (t) => {
+  const database = await storeKinds[0]!.createDatabase(t);
+  const store = database.open();
+  await store.migrate();
+  const clock = manualClock(Date.now());
+  const { app } = await startApp(t, { store, clock });
+  const expiresAt = new Date(Date.now() + 3_600_000);
+  const { key } = await issueKey(store, 'hour', new Date(), { expiresAt });
+  const call = () => app.inject({ url: '/v1/pets', headers: { authorization: `Bearer ${key}` } });
+  assert.equal((await call()).statusCode, 200);
+  assert.ok(store.memory.rememberedKey(hashKey(key)), 'remembered by the store, whose clock is the system one');
+  clock.set(expiresAt.getTime());
+  assertExpired(await call());
+});
