@@ -1,5 +1,6 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { systemClock, type Clock } from '../clock.js';
 import { memoryCounters } from './counters.js';
@@ -34,24 +35,44 @@ type PetTuple = [bigint, string, bigint, PetRecord['status']];
 
 const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], categoryId: row[2], status: row[3] });
 
-/**
- * Every method of `store`, with SQLITE_BUSY (still locked by another process after busy_timeout)
- * as StoreUnavailableError.
- */
-function busyAsUnavailable(store: Store): Store {
-  // No rest parameters: no array per call on the request path (no method takes more than 3).
-  return wrapMethods(store, (_name, method) => (a, b, c) => method(a, b, c).catch(asUnavailable));
-}
+// How long a statement waits, blocking the process, for a lock another process holds: a few
+// milliseconds, as long as a short write takes. Longer waits are asynchronous retries (below).
+const BUSY_WAIT_MS = 5;
+const FIRST_PAUSE_MS = 5;
+const LONGEST_PAUSE_MS = 100;
 
-function asUnavailable(error: unknown): never {
-  const code = (error as { code?: unknown }).code;
-  throw typeof code === 'string' && code.startsWith('SQLITE_BUSY') ? new StoreUnavailableError(error) : error;
+const isBusy = (error: unknown) => String((error as { code?: unknown }).code).startsWith('SQLITE_BUSY');
+
+/**
+ * Every method of `store`, retried while another process holds the lock it needs (SQLITE_BUSY),
+ * after growing pauses that block nothing, for up to `timeoutMs`; then StoreUnavailableError.
+ * A call that failed with SQLITE_BUSY changed nothing: each method is one statement or one
+ * IMMEDIATE transaction, which takes the lock before anything else.
+ */
+function retryWhileBusy(timeoutMs: number, store: Store): Store {
+  // No rest parameters: no array per call on the request path (no method takes more than 3).
+  return wrapMethods(store, (_name, method) => (a, b, c) => {
+    const deadline = performance.now() + timeoutMs;
+    return method(a, b, c).catch(async (error: unknown) => {
+      for (let pause = FIRST_PAUSE_MS; ; pause = Math.min(pause * 2, LONGEST_PAUSE_MS)) {
+        if (!isBusy(error)) throw error;
+        if (performance.now() + pause >= deadline) throw new StoreUnavailableError(error);
+        await sleep(pause);
+        try {
+          return await method(a, b, c);
+        } catch (again) {
+          error = again;
+        }
+      }
+    });
+  });
 }
 
 /**
  * Opens (creating when missing) the SQLite file at `path`.
  * WAL with synchronous=FULL: a commit is on disk, power loss included, before a 201 leaves.
- * A write waits up to `busyTimeoutMs` for another process's lock, then fails with StoreUnavailableError.
+ * A call waits up to `busyTimeoutMs` for another process's lock, asynchronously: the process
+ * blocks a few milliseconds at most, then retries later; past it, StoreUnavailableError.
  */
 export function openSqliteStore(
   path: string,
@@ -61,7 +82,7 @@ export function openSqliteStore(
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
-  db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
+  db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
   // 4 MB of pages (better-sqlite3's default is 16 MB): the pages the operations touch, the top
   // of each index and the newest rows, stay in it, and the process stays under 100 MB at peak
   // (bench/README.md); other pages come from the operating system's cache.
@@ -130,10 +151,10 @@ export function openSqliteStore(
       const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
       return { id: BigInt(lastInsertRowid), ...pet };
     },
-    { oneStatementEach: true },
+    { oneStatementEach: true, retry: { when: isBusy, timeoutMs: busyTimeoutMs } },
   );
 
-  return busyAsUnavailable({
+  return retryWhileBusy(busyTimeoutMs, {
     memory: { rememberedKey: activeKeys.remembered, countHit, finalPages: true },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
