@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
+import { watchDiskErrors } from './disk-errors.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { readMigrations } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
@@ -119,8 +120,8 @@ const isConnectionLost = (error: unknown) =>
 
 // SQLSTATE classes and codes that mean "the database is not answering", not "the request is wrong":
 // 08 connection exception, 53 insufficient resources (too many connections), 57P01..57P03
-// shutdown or starting up, 57014 cancelled by statement_timeout.
-const UNAVAILABLE_SQLSTATE = /^(08[0-9A-Z]{3}|53[0-9A-Z]{3}|57P0[1-3]|57014)$/;
+// shutdown or starting up, 57014 cancelled by statement_timeout, 58000 and 58030 system and I/O errors.
+const UNAVAILABLE_SQLSTATE = /^(08[0-9A-Z]{3}|53[0-9A-Z]{3}|57P0[1-3]|57014|58000|58030)$/;
 const UNAVAILABLE_NODE_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -152,6 +153,10 @@ function isUnavailable(error: unknown, depth = 0): boolean {
   if (error instanceof AggregateError && error.errors.some((inner) => isUnavailable(inner, depth + 1))) return true;
   return isUnavailable(error.cause, depth + 1);
 }
+
+// 53100 disk_full, 58000 system_error, 58030 io_error: the server cannot write (or read) its files.
+const isDiskError = (error: unknown) =>
+  ['53100', '58000', '58030'].includes(String((error as { code?: unknown }).code));
 
 function translate(error: unknown): unknown {
   return !(error instanceof StoreUnavailableError) && isUnavailable(error) ? new StoreUnavailableError(error) : error;
@@ -264,7 +269,18 @@ export function openPostgresStore(
     }
   };
 
-  return {
+  // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
+  const probeWrite = async () => {
+    const rolledBack = new Error('rolled back');
+    await inTransaction(async (client) => {
+      await query('insertPet', ['write probe', 0n, 'available'], client);
+      throw rolledBack;
+    }).catch((error: unknown) => {
+      if (error !== rolledBack) throw error;
+    });
+  };
+
+  const store: Store = {
     memory: { rememberedKey: activeKeys.remembered, finalPages: false },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
@@ -408,4 +424,5 @@ export function openPostgresStore(
       await closed;
     },
   };
+  return watchDiskErrors(store, isDiskError, probeWrite);
 }

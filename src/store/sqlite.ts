@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { systemClock, type Clock } from '../clock.js';
 import { memoryCounters } from './counters.js';
+import { watchDiskErrors } from './disk-errors.js';
 import { groupCommits } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { readMigrations } from './migrations.js';
@@ -41,7 +42,10 @@ const BUSY_WAIT_MS = 5;
 const FIRST_PAUSE_MS = 5;
 const LONGEST_PAUSE_MS = 100;
 
-const isBusy = (error: unknown) => String((error as { code?: unknown }).code).startsWith('SQLITE_BUSY');
+const codeOf = (error: unknown) => String((error as { code?: unknown }).code);
+const isBusy = (error: unknown) => codeOf(error).startsWith('SQLITE_BUSY');
+// The file cannot grow (a full disk, or the size max_page_count allows) or cannot be read or written.
+const isDiskError = (error: unknown) => codeOf(error) === 'SQLITE_FULL' || codeOf(error).startsWith('SQLITE_IOERR');
 
 /**
  * Every method of `store`, retried while another process holds the lock it needs (SQLITE_BUSY),
@@ -76,7 +80,16 @@ function retryWhileBusy(timeoutMs: number, store: Store): Store {
  */
 export function openSqliteStore(
   path: string,
-  { busyTimeoutMs = 5000, clock = systemClock }: { busyTimeoutMs?: number; clock?: Clock } = {},
+  {
+    busyTimeoutMs = 5000,
+    clock = systemClock,
+    maxPageCount,
+  }: {
+    busyTimeoutMs?: number;
+    clock?: Clock;
+    /** Most pages the file may have (PRAGMA max_page_count): past it, writes fail as on a full disk. */
+    maxPageCount?: number;
+  } = {},
 ): Store {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
@@ -87,6 +100,7 @@ export function openSqliteStore(
   // of each index and the newest rows, stay in it, and the process stays under 100 MB at peak
   // (bench/README.md); other pages come from the operating system's cache.
   db.pragma('cache_size = -4000');
+  if (maxPageCount !== undefined) db.pragma(`max_page_count = ${Math.trunc(maxPageCount)}`);
   db.defaultSafeIntegers(true);
 
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -99,6 +113,7 @@ export function openSqliteStore(
   let statements: ReturnType<typeof prepare> | undefined;
   const prepare = () => ({
     insertPet: db.prepare('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)'),
+    deletePet: db.prepare('DELETE FROM pets WHERE id = ?'),
     getPet: db.prepare<[bigint], PetTuple>('SELECT id, name, category_id, status FROM pets WHERE id = ?').raw(true),
     listAll: db
       .prepare<[bigint, number], PetTuple>(
@@ -154,7 +169,13 @@ export function openSqliteStore(
     { oneStatementEach: true, retry: { when: isBusy, timeoutMs: busyTimeoutMs } },
   );
 
-  return retryWhileBusy(busyTimeoutMs, {
+  // A write that reaches the disk, as a create does (it costs an id, never shown): see watchDiskErrors.
+  const probeWrite = async () => {
+    const s = ready();
+    db.transaction(() => s.deletePet.run(s.insertPet.run('write probe', 0n, 'available').lastInsertRowid)).immediate();
+  };
+
+  const store: Store = {
     memory: { rememberedKey: activeKeys.remembered, countHit, finalPages: true },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
@@ -270,5 +291,6 @@ export function openSqliteStore(
       if (statements) inserts.flush();
       db.close();
     },
-  });
+  };
+  return retryWhileBusy(busyTimeoutMs, watchDiskErrors(store, isDiskError, probeWrite));
 }
