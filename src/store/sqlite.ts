@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
@@ -73,6 +73,20 @@ function retryWhileBusy(timeoutMs: number, store: Store): Store {
 }
 
 /**
+ * Creates the folders up to `path` and the empty file, when missing, readable by their owner
+ * alone (0700, 0600): the file holds key hashes and every animal. SQLite gives the -wal and -shm
+ * files it creates beside it the file's own permissions. Existing ones are left as they are.
+ */
+function createOwnerOnly(path: string) {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  try {
+    closeSync(openSync(path, 'wx', 0o600));
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'EEXIST') throw error;
+  }
+}
+
+/**
  * Opens (creating when missing) the SQLite file at `path`.
  * WAL with synchronous=FULL: a commit is on disk, power loss included, before a 201 leaves.
  * A call waits up to `busyTimeoutMs` for another process's lock, asynchronously: the process
@@ -91,7 +105,7 @@ export function openSqliteStore(
     maxPageCount?: number;
   } = {},
 ): Store {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  if (path !== ':memory:') createOwnerOnly(path);
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
