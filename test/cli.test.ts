@@ -131,7 +131,7 @@ test('migrate applies the migrations once, one line on standard error for each a
 test('first start with no key prints one that works; the next start prints none', async (t) => {
   const env = childEnv(t);
   const first = await startServer(t, env);
-  const [, key] = await first.waitForOutput(/Try it: .*Bearer (psk_[A-Za-z0-9_-]{43})/);
+  const [, key] = await first.waitForOutput(/^ {4}(psk_[A-Za-z0-9_-]{43})$/m);
   const response = await fetch(`${first.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } });
   assert.equal(response.status, 200);
   first.child.kill('SIGTERM');
