@@ -94,3 +94,21 @@ for (const kind of storeKinds) {
     });
   });
 }
+
+test('SQLite: migration 004 counts the animals stored before it, then every change by any writer', async (t) => {
+  const sqlite = storeKinds.find((kind) => kind.name === 'SQLite')!;
+  const database = await sqlite.createDatabase(t);
+  await database.open().migrate();
+  // The file as it was before 004, with animals in it.
+  await database.execute(
+    'DROP TRIGGER pets_counted_insert; DROP TRIGGER pets_counted_delete; DROP TRIGGER pets_counted_update; ' +
+      'DROP TABLE pet_counts; DELETE FROM schema_migrations WHERE version = 4; ' +
+      "INSERT INTO pets (name, category_id, status) VALUES ('a', 1, 'sold'), ('b', 1, 'sold'), ('c', 1, 'pending')",
+  );
+  const store = database.open();
+  assert.deepEqual(await store.migrate(), ['004_pet_counts']);
+  assert.deepEqual(await store.countPetsByStatus(), { available: 0, pending: 1, sold: 2 });
+  await database.execute("UPDATE pets SET status = 'available' WHERE name = 'a'; DELETE FROM pets WHERE name = 'c'");
+  await store.createPet({ name: 'd', categoryId: 1n, status: 'pending' });
+  assert.deepEqual(await store.countPetsByStatus(), { available: 1, pending: 1, sold: 1 });
+});
