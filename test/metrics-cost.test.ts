@@ -73,8 +73,9 @@ for (const kind of storeKinds) {
       scraping = false;
       await Promise.all(scrapers);
       assert.ok(scrapes >= 40, `only ${scrapes} scrapes ran beside 40 health checks`);
-      // A GROUP BY over a million rows blocks SQLite's process about 60 ms per scrape.
-      assert.ok(median(waits) < 10, `/healthz median ${median(waits).toFixed(1)} ms under scrapes`);
+      // A GROUP BY over a million rows blocks SQLite's process about 60 ms per scrape: the median
+      // was 133 ms when each scrape ran one.
+      assert.ok(median(waits) < 25, `/healthz median ${median(waits).toFixed(1)} ms under scrapes`);
     });
 
     test("the counts are the contract's numbers after creates, at most 5 s later", async (t) => {
