@@ -52,11 +52,17 @@ function postgresUrl(raw: string): string | undefined {
   return raw;
 }
 
-/** The URL with its password hidden, or nothing at all when it does not parse. */
+// libpq URL parameters that hold a secret: the password, and the passphrase of the client key.
+const SECRET_PARAMETERS = /^(ssl)?password$/i;
+
+/** The URL with its passwords hidden (user:***@, ?password=***), or nothing at all when it does not parse. */
 function withoutPassword(raw: string): string {
   try {
     const url = new URL(raw);
     if (url.password) url.password = '***';
+    for (const name of new Set(url.searchParams.keys())) {
+      if (SECRET_PARAMETERS.test(name)) url.searchParams.set(name, '***');
+    }
     return url.href;
   } catch {
     return '(a value that is not shown, as it may hold a password)';

@@ -23,7 +23,8 @@ function announceFirstKey(key: string, app: FastifyInstance) {
       '',
       `    ${key}`,
       '',
-      `Try it:  curl -H 'Authorization: Bearer ${key}' ${url}`,
+      // The key once, on its own line: a second copy is a second place to leak it from.
+      `Try it:  curl -H "Authorization: Bearer <the key above>" ${url}`,
       "More keys: 'npm run petstore -- keys create --name <name>'.",
       '',
       '',

@@ -131,7 +131,7 @@ test('migrate applies the migrations once, one line on standard error for each a
   assert.equal(first.stdout, '');
   assert.match(
     first.stderr,
-    /^Applied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 003_key_scopes_and_expiry \([0-9]+ ms\)\.\nApplied 3 migrations; the database is up to date\.\n$/,
+    /^Applied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 003_key_scopes_and_expiry \([0-9]+ ms\)\.\nApplied 004_pet_counts \([0-9]+ ms\)\.\nApplied 4 migrations; the database is up to date\.\n$/,
   );
   const second = await runCli(['migrate'], env);
   assert.equal(second.stderr, 'The database is up to date.\n');
@@ -140,7 +140,7 @@ test('migrate applies the migrations once, one line on standard error for each a
 test('first start with no key prints one that works; the next start prints none', async (t) => {
   const env = childEnv(t);
   const first = await startServer(t, env);
-  const [, key] = await first.waitForOutput(/Try it: .*Bearer (psk_[A-Za-z0-9_-]{43})/);
+  const [, key] = await first.waitForOutput(/^ {4}(psk_[A-Za-z0-9_-]{43})$/m);
   const response = await fetch(`${first.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } });
   assert.equal(response.status, 200);
   first.child.kill('SIGTERM');

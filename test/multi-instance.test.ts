@@ -5,7 +5,7 @@ import pg from 'pg';
 import { childEnv, runCli, startServer, type Server } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
 
-const FIRST_KEY = /Bearer (psk_[A-Za-z0-9_-]{43})/;
+const FIRST_KEY = /^ {4}(psk_[A-Za-z0-9_-]{43})$/m;
 
 interface Pet {
   id: number;

@@ -1,14 +1,20 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, test, type TestContext } from 'node:test';
-import type { IdempotencyClaim, NewKeyRecord, Store, StoredResponse } from '../src/store/store.js';
+import {
+  PET_COUNTS_MAX_AGE_MS,
+  type IdempotencyClaim,
+  type NewKeyRecord,
+  type Store,
+  type StoredResponse,
+} from '../src/store/store.js';
+import { manualClock } from './helpers.js';
 import { storeKinds, type TestDatabase } from './stores.js';
 
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
 const DAY = 24 * 60 * 60 * 1000;
-const MIGRATIONS = ['001_pets_and_keys', '002_idempotency_keys', '003_key_scopes_and_expiry'];
 const T0 = Date.UTC(2026, 10, 22);
 
 function claim(key: string, body = 'a', now = T0, apiKeyId = 1): IdempotencyClaim {
@@ -37,6 +43,12 @@ for (const kind of storeKinds) {
       return [store, database];
     }
 
+    // SQLite counts animals by status in a trigger-kept table (004); PostgreSQL caches a count.
+    const steps =
+      kind.name === 'SQLite'
+        ? ['001_pets_and_keys', '002_idempotency_keys', '003_key_scopes_and_expiry', '004_pet_counts']
+        : ['001_pets_and_keys', '002_idempotency_keys', '003_key_scopes_and_expiry'];
+
     it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {
       const database = await kind.createDatabase(t);
       const store = database.open();
@@ -46,9 +58,9 @@ for (const kind of storeKinds) {
           assert.ok(ms >= 0);
           heard.push(name);
         }),
-        MIGRATIONS,
+        steps,
       );
-      assert.deepEqual(heard, MIGRATIONS);
+      assert.deepEqual(heard, steps);
       const pet = await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
       assert.deepEqual(await store.migrate(), []);
       assert.deepEqual(await store.getPet(pet.id), pet);
@@ -58,7 +70,7 @@ for (const kind of storeKinds) {
       const database = await kind.createDatabase(t);
       const stores = [database.open(), database.open(), database.open()];
       const applied = await Promise.all(stores.map((store) => store.migrate()));
-      assert.deepEqual(applied.flat(), MIGRATIONS);
+      assert.deepEqual(applied.flat(), steps);
       for (const store of stores) await store.createPet({ name: 'Rex', categoryId: 1n, status: 'available' });
       assert.equal((await stores[0]!.listPets({ limit: 10 })).length, 3);
     });
@@ -127,11 +139,43 @@ for (const kind of storeKinds) {
     });
 
     it('countPetsByStatus counts every status, 0 for a status no animal has', async (t) => {
-      const [store] = await migrated(t);
+      const clock = manualClock();
+      const database = await kind.createDatabase(t);
+      const store = database.open({ clock });
+      await store.migrate();
       assert.deepEqual(await store.countPetsByStatus(), { available: 0, pending: 0, sold: 0 });
       const statuses = ['sold', 'available', 'sold', 'sold', 'available'] as const;
       for (const status of statuses) await store.createPet({ name: 'n', categoryId: 1n, status });
+      clock.set(clock.now() + PET_COUNTS_MAX_AGE_MS);
       assert.deepEqual(await store.countPetsByStatus(), { available: 2, pending: 0, sold: 3 });
+    });
+
+    it('countPetsByStatus is at most PET_COUNTS_MAX_AGE_MS old, counting every writer', async (t) => {
+      const clock = manualClock();
+      const database = await kind.createDatabase(t);
+      const [store, other] = [database.open({ clock }), database.open({ clock })];
+      await store.migrate();
+      await other.migrate();
+      await store.createPet({ name: 'n', categoryId: 1n, status: 'pending' });
+      const before = await store.countPetsByStatus();
+      assert.deepEqual(before, { available: 0, pending: 1, sold: 0 });
+      // Another instance, an idempotent create, a create refused by the database, and SQL
+      // written by hand: all counted, the refused one not.
+      await other.createPet({ name: 'n', categoryId: 1n, status: 'sold' });
+      const { id } = await other.createKey(newKey());
+      const pet = { name: 'n', categoryId: 2n, status: 'sold' } as const;
+      const outcome = await other.createPetOnce(pet, claim('k', 'a', T0, id), respond);
+      assert.equal(outcome.kind, 'created');
+      await assert.rejects(store.createPet({ name: 'n', categoryId: 1n, status: 'lost' as 'sold' }));
+      await database.execute("INSERT INTO pets (name, category_id, status) VALUES ('n', 3, 'available')");
+      const exact = { available: 1, pending: 1, sold: 2 };
+      clock.set(clock.now() + PET_COUNTS_MAX_AGE_MS - 1);
+      // SQLite's counts are kept by the database as rows change: exact at once.
+      if (kind.name === 'SQLite') assert.deepEqual(await store.countPetsByStatus(), exact);
+      else assert.deepEqual(await store.countPetsByStatus(), before);
+      clock.set(clock.now() + 1);
+      assert.deepEqual(await store.countPetsByStatus(), exact);
+      assert.deepEqual(await other.countPetsByStatus(), exact);
     });
 
     it('keyset paging visits every animal exactly once, in order, while more are added', async (t) => {

@@ -7,7 +7,19 @@ interface Pending<I, O> {
   output?: O;
   error?: unknown;
   failed: boolean;
+  /** performance.now() past which a failed try is not retried. */
+  deadline: number;
 }
+
+export interface RetryOptions {
+  /** True for an error after which trying again later may succeed (SQLITE_BUSY). */
+  when: (error: unknown) => boolean;
+  /** Longest time a call is retried for, from when it was made. */
+  timeoutMs: number;
+}
+
+const FIRST_PAUSE_MS = 5;
+const LONGEST_PAUSE_MS = 100;
 
 /**
  * Group commit: every call made during one turn of the event loop is written in one IMMEDIATE
@@ -17,6 +29,10 @@ interface Pending<I, O> {
  * With `oneStatementEach`, `write` runs a single SQL statement, which SQLite undoes by itself
  * when it fails (ON CONFLICT ABORT keeps the transaction): no SAVEPOINT, two statements fewer.
  * An error after which SQLite rolled the whole transaction back (a full disk) fails them all.
+ * With `retry`, a batch whose transaction failed with an error `retry.when` accepts (another
+ * process holds the write lock) is tried again, with all calls made meanwhile, after a growing
+ * pause (5 ms, doubling, at most 100 ms) that blocks nothing; a call still not written
+ * `retry.timeoutMs` after it was made fails with that error. Nothing was written by a failed try.
  *
  * @example
  * const insertPet = groupCommits(db, (pet) => insert.run(pet.name).lastInsertRowid);
@@ -25,13 +41,16 @@ interface Pending<I, O> {
 export function groupCommits<I, O>(
   db: Database,
   write: (input: I) => O,
-  { oneStatementEach = false }: { oneStatementEach?: boolean } = {},
+  { oneStatementEach = false, retry }: { oneStatementEach?: boolean; retry?: RetryOptions } = {},
 ): { call(input: I): Promise<O>; flush(): void } {
   let queue: Pending<I, O>[] = [];
+  let pause = FIRST_PAUSE_MS;
+  let waiting: NodeJS.Timeout | undefined;
   // better-sqlite3 runs a transaction function called inside another as a SAVEPOINT.
   const writeOne = oneStatementEach ? write : db.transaction(write);
   const writeAll = db.transaction((batch: Pending<I, O>[]) => {
     for (const item of batch) {
+      item.failed = false;
       try {
         item.output = writeOne(item.input);
       } catch (error) {
@@ -43,15 +62,29 @@ export function groupCommits<I, O>(
   });
 
   function flush() {
+    clearTimeout(waiting);
+    waiting = undefined;
     const batch = queue;
     queue = [];
     if (batch.length === 0) return;
     try {
       writeAll.immediate(batch);
     } catch (error) {
-      for (const item of batch) item.reject(error);
+      const now = performance.now();
+      const retryable = retry?.when(error) ?? false;
+      const again: Pending<I, O>[] = [];
+      for (const item of batch) {
+        if (retryable && item.deadline > now) again.push(item);
+        else item.reject(error);
+      }
+      if (again.length > 0) {
+        queue = again.concat(queue);
+        waiting = setTimeout(flush, pause);
+        pause = Math.min(pause * 2, LONGEST_PAUSE_MS);
+      }
       return;
     }
+    pause = FIRST_PAUSE_MS;
     for (const item of batch) {
       if (item.failed) item.reject(item.error);
       else item.resolve(item.output!);
@@ -63,7 +96,8 @@ export function groupCommits<I, O>(
       new Promise<O>((resolve, reject) => {
         // After the poll phase: every request read from the sockets in this turn joins the batch.
         if (queue.length === 0) setImmediate(flush);
-        queue.push({ input, resolve, reject, failed: false });
+        const deadline = performance.now() + (retry?.timeoutMs ?? 0);
+        queue.push({ input, resolve, reject, failed: false, deadline });
       }),
     /** Commits what is queued now (before closing the database). */
     flush,

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
+import { watchDiskErrors } from './disk-errors.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
 import { readMigrations } from './migrations.js';
@@ -22,6 +23,7 @@ import {
   type PetRow,
 } from './rows.js';
 import {
+  PET_COUNTS_MAX_AGE_MS,
   StoreUnavailableError,
   type IdempotencyClaim,
   type KeyRoll,
@@ -40,7 +42,7 @@ export interface PostgresOptions {
   poolSize?: number;
   /** Longest wait for a connection, and for any one statement, before StoreUnavailableError. */
   timeoutMs?: number;
-  /** What remembering an active key for 500 ms counts by (key-memory.ts). */
+  /** What remembering an active key for 500 ms, and the age of the animals' counts, count by. */
   clock?: Clock;
   /** How long a key's use waits in memory before it is written (key-uses.ts). */
   keyUseFlushMs?: number;
@@ -144,8 +146,8 @@ const isConnectionLost = (error: unknown) =>
 
 // SQLSTATE classes and codes that mean "the database is not answering", not "the request is wrong":
 // 08 connection exception, 53 insufficient resources (too many connections), 57P01..57P03
-// shutdown or starting up, 57014 cancelled by statement_timeout.
-const UNAVAILABLE_SQLSTATE = /^(08[0-9A-Z]{3}|53[0-9A-Z]{3}|57P0[1-3]|57014)$/;
+// shutdown or starting up, 57014 cancelled by statement_timeout, 58000 and 58030 system and I/O errors.
+const UNAVAILABLE_SQLSTATE = /^(08[0-9A-Z]{3}|53[0-9A-Z]{3}|57P0[1-3]|57014|58000|58030)$/;
 const UNAVAILABLE_NODE_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -177,6 +179,10 @@ function isUnavailable(error: unknown, depth = 0): boolean {
   if (error instanceof AggregateError && error.errors.some((inner) => isUnavailable(inner, depth + 1))) return true;
   return isUnavailable(error.cause, depth + 1);
 }
+
+// 53100 disk_full, 58000 system_error, 58030 io_error: the server cannot write (or read) its files.
+const isDiskError = (error: unknown) =>
+  ['53100', '58000', '58030'].includes(String((error as { code?: unknown }).code));
 
 function translate(error: unknown): unknown {
   return !(error instanceof StoreUnavailableError) && isUnavailable(error) ? new StoreUnavailableError(error) : error;
@@ -282,7 +288,36 @@ export function openPostgresStore(
   // The newest window this instance has seen; when a newer one begins, older counts are deleted.
   let countersWindow = -Infinity;
 
-  return {
+  // The animals' counts, cached: a GROUP BY over every animal at most once per
+  // PET_COUNTS_MAX_AGE_MS per instance, however often /metrics is scraped. Counting them as they
+  // are created instead (a trigger-kept table) costs every create 20-40 % more time
+  // (docs/operations-resilience.md); the GROUP BY runs on the server, and the process waits for
+  // it without blocking.
+  let counted: { at: number; counts: Record<PetStatus, number> } | undefined;
+  let counting: Promise<Record<PetStatus, number>> | undefined;
+  const countPets = async () => {
+    const at = clock.now();
+    try {
+      const { rows } = await query<{ status: PetStatus; count: bigint }>('countByStatus');
+      counted = { at, counts: countByStatus(rows) };
+      return counted.counts;
+    } finally {
+      counting = undefined;
+    }
+  };
+
+  // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
+  const probeWrite = async () => {
+    const rolledBack = new Error('rolled back');
+    await inTransaction(async (client) => {
+      await query('insertPet', ['write probe', 0n, 'available'], client);
+      throw rolledBack;
+    }).catch((error: unknown) => {
+      if (error !== rolledBack) throw error;
+    });
+  };
+
+  const store: Store = {
     memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, finalPages: false },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
@@ -375,8 +410,9 @@ export function openPostgresStore(
     },
 
     async countPetsByStatus() {
-      const { rows } = await query<{ status: PetStatus; count: bigint }>('countByStatus');
-      return countByStatus(rows);
+      if (counted && clock.now() - counted.at < PET_COUNTS_MAX_AGE_MS) return counted.counts;
+      counting ??= countPets();
+      return counting;
     },
 
     async createKey(key: NewKeyRecord) {
@@ -443,4 +479,5 @@ export function openPostgresStore(
       await closed;
     },
   };
+  return watchDiskErrors(store, isDiskError, probeWrite);
 }

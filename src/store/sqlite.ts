@@ -1,8 +1,10 @@
-import { mkdirSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { systemClock, type Clock } from '../clock.js';
 import { memoryCounters } from './counters.js';
+import { watchDiskErrors } from './disk-errors.js';
 import { groupCommits } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
@@ -43,24 +45,61 @@ type PetTuple = [bigint, string, bigint, PetRecord['status']];
 
 const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], categoryId: row[2], status: row[3] });
 
+// How long a statement waits, blocking the process, for a lock another process holds: a few
+// milliseconds, as long as a short write takes. Longer waits are asynchronous retries (below).
+const BUSY_WAIT_MS = 5;
+const FIRST_PAUSE_MS = 5;
+const LONGEST_PAUSE_MS = 100;
+
+const codeOf = (error: unknown) => String((error as { code?: unknown }).code);
+const isBusy = (error: unknown) => codeOf(error).startsWith('SQLITE_BUSY');
+// The file cannot grow (a full disk, or the size max_page_count allows) or cannot be read or written.
+const isDiskError = (error: unknown) => codeOf(error) === 'SQLITE_FULL' || codeOf(error).startsWith('SQLITE_IOERR');
+
 /**
- * Every method of `store`, with SQLITE_BUSY (still locked by another process after busy_timeout)
- * as StoreUnavailableError.
+ * Every method of `store`, retried while another process holds the lock it needs (SQLITE_BUSY),
+ * after growing pauses that block nothing, for up to `timeoutMs`; then StoreUnavailableError.
+ * A call that failed with SQLITE_BUSY changed nothing: each method is one statement or one
+ * IMMEDIATE transaction, which takes the lock before anything else.
  */
-function busyAsUnavailable(store: Store): Store {
+function retryWhileBusy(timeoutMs: number, store: Store): Store {
   // No rest parameters: no array per call on the request path (no method takes more than 3).
-  return wrapMethods(store, (_name, method) => (a, b, c) => method(a, b, c).catch(asUnavailable));
+  return wrapMethods(store, (_name, method) => (a, b, c) => {
+    const deadline = performance.now() + timeoutMs;
+    return method(a, b, c).catch(async (error: unknown) => {
+      for (let pause = FIRST_PAUSE_MS; ; pause = Math.min(pause * 2, LONGEST_PAUSE_MS)) {
+        if (!isBusy(error)) throw error;
+        if (performance.now() + pause >= deadline) throw new StoreUnavailableError(error);
+        await sleep(pause);
+        try {
+          return await method(a, b, c);
+        } catch (again) {
+          error = again;
+        }
+      }
+    });
+  });
 }
 
-function asUnavailable(error: unknown): never {
-  const code = (error as { code?: unknown }).code;
-  throw typeof code === 'string' && code.startsWith('SQLITE_BUSY') ? new StoreUnavailableError(error) : error;
+/**
+ * Creates the folders up to `path` and the empty file, when missing, readable by their owner
+ * alone (0700, 0600): the file holds key hashes and every animal. SQLite gives the -wal and -shm
+ * files it creates beside it the file's own permissions. Existing ones are left as they are.
+ */
+function createOwnerOnly(path: string) {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  try {
+    closeSync(openSync(path, 'wx', 0o600));
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'EEXIST') throw error;
+  }
 }
 
 /**
  * Opens (creating when missing) the SQLite file at `path`.
  * WAL with synchronous=FULL: a commit is on disk, power loss included, before a 201 leaves.
- * A write waits up to `busyTimeoutMs` for another process's lock, then fails with StoreUnavailableError.
+ * A call waits up to `busyTimeoutMs` for another process's lock, asynchronously: the process
+ * blocks a few milliseconds at most, then retries later; past it, StoreUnavailableError.
  */
 export function openSqliteStore(
   path: string,
@@ -68,17 +107,25 @@ export function openSqliteStore(
     busyTimeoutMs = 5000,
     clock = systemClock,
     keyUseFlushMs,
-  }: { busyTimeoutMs?: number; clock?: Clock; keyUseFlushMs?: number } = {},
+    maxPageCount,
+  }: {
+    busyTimeoutMs?: number;
+    clock?: Clock;
+    keyUseFlushMs?: number;
+    /** Most pages the file may have (PRAGMA max_page_count): past it, writes fail as on a full disk. */
+    maxPageCount?: number;
+  } = {},
 ): Store {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  if (path !== ':memory:') createOwnerOnly(path);
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
-  db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
+  db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
   // 4 MB of pages (better-sqlite3's default is 16 MB): the pages the operations touch, the top
   // of each index and the newest rows, stay in it, and the process stays under 100 MB at peak
   // (bench/README.md); other pages come from the operating system's cache.
   db.pragma('cache_size = -4000');
+  if (maxPageCount !== undefined) db.pragma(`max_page_count = ${Math.trunc(maxPageCount)}`);
   db.defaultSafeIntegers(true);
 
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -91,6 +138,7 @@ export function openSqliteStore(
   let statements: ReturnType<typeof prepare> | undefined;
   const prepare = () => ({
     insertPet: db.prepare('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)'),
+    deletePet: db.prepare('DELETE FROM pets WHERE id = ?'),
     getPet: db.prepare<[bigint], PetTuple>('SELECT id, name, category_id, status FROM pets WHERE id = ?').raw(true),
     listAll: db
       .prepare<[bigint, number], PetTuple>(
@@ -102,9 +150,8 @@ export function openSqliteStore(
         'SELECT id, name, category_id, status FROM pets WHERE status = ? AND id > ? ORDER BY id LIMIT ?',
       )
       .raw(true),
-    countByStatus: db.prepare<[], { status: PetStatus; count: bigint }>(
-      'SELECT status, count(*) AS count FROM pets GROUP BY status',
-    ),
+    // Kept by triggers (migration 004): three rows, whatever the number of animals.
+    countByStatus: db.prepare<[], { status: PetStatus; count: bigint }>('SELECT status, count FROM pet_counts'),
     findIdempotency: db.prepare<[bigint, string], IdempotencyRow>(
       'SELECT fingerprint, response_status, response_body, response_location, expires_at FROM idempotency_keys ' +
         'WHERE api_key_id = ? AND key = ?',
@@ -166,7 +213,7 @@ export function openSqliteStore(
     try {
       writeKeyUses.immediate(uses);
     } finally {
-      db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
+      db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
     }
   }, keyUseFlushMs);
   const newKeyValues = (key: NewKeyRecord) =>
@@ -184,10 +231,16 @@ export function openSqliteStore(
       const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
       return { id: BigInt(lastInsertRowid), ...pet };
     },
-    { oneStatementEach: true },
+    { oneStatementEach: true, retry: { when: isBusy, timeoutMs: busyTimeoutMs } },
   );
 
-  return busyAsUnavailable({
+  // A write that reaches the disk, as a create does (it costs an id, never shown): see watchDiskErrors.
+  const probeWrite = async () => {
+    const s = ready();
+    db.transaction(() => s.deletePet.run(s.insertPet.run('write probe', 0n, 'available').lastInsertRowid)).immediate();
+  };
+
+  const store: Store = {
     memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, countHit, finalPages: true },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
@@ -325,5 +378,6 @@ export function openSqliteStore(
       }
       db.close();
     },
-  });
+  };
+  return retryWhileBusy(busyTimeoutMs, watchDiskErrors(store, isDiskError, probeWrite));
 }
