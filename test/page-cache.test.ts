@@ -181,6 +181,25 @@ test('cached answers count toward the rate limit once each, and past it get 429 
   assert.equal(((await refused.json()) as { code: string }).code, 'rate_limited');
 });
 
+test('refused keys from an address get 429 with their policy on a cached URL, while its valid key is served from the cache', async (t) => {
+  const app = await listening(t, { env: { PETSTORE_AUTH_FAILURE_LIMIT: '3' } });
+  for (let i = 0; i < 2; i++) await (await app.get('/v1/pets?limit=20')).text();
+  const bad = { headers: { authorization: `Bearer psk_${'A'.repeat(43)}` } };
+  for (let i = 0; i < 3; i++) assert.equal((await app.get('/v1/pets?limit=20', bad)).status, 401);
+  for (const method of ['GET', 'HEAD']) {
+    const refused = await app.get('/v1/pets?limit=20', { ...bad, method });
+    assert.equal(refused.status, 429);
+    assert.equal(refused.headers.get('ratelimit-policy'), '"refused-keys";q=3;w=60');
+    assert.equal(refused.headers.get('ratelimit'), '"refused-keys";r=0;t=60');
+    assert.equal(refused.headers.get('retry-after'), '60');
+  }
+  const before = app.throughFastify();
+  const served = await app.get('/v1/pets?limit=20');
+  assert.equal(served.status, 200);
+  assert.equal(JSON.parse(await served.text()).length, 20);
+  assert.equal(app.throughFastify(), before, 'the valid key was answered from the cache');
+});
+
 test('anything but a remembered key on a cached URL gets the route’s own answer', async (t) => {
   const app = await listening(t);
   await app.get('/v1/pets?limit=20');

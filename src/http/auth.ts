@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fast
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash } from '../keys/keys.js';
 import type { Store } from '../store/store.js';
-import type { RateFields, RateLimits } from './rate-limit.js';
+import { clientAddress, type RateFields, type RateLimits } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -50,7 +50,8 @@ export interface Gate {
   /**
    * Admits a request with an active key within its rate limit, or throws (rejects with) the
    * 401 or 429 to answer. Synchronous when the store remembers the key and counts in memory.
-   * An address that sent too many refused keys gets 429 before any check.
+   * A refused key from an address that sent too many gets 429 instead of 401; a valid key is
+   * never refused for what its address sent.
    */
   admit(address: string, authorization: string | undefined, connection: object): Admitted;
   /**
@@ -60,8 +61,6 @@ export interface Gate {
   rememberedKey(authorization: string | undefined, connection: object): number | undefined;
   /** Counts a request by a key known to be active, as `admit` does. */
   admitKey(apiKeyId: number): Admitted;
-  /** True while `admit` may refuse an address before looking at its key. */
-  readonly blocksAddresses: boolean;
 }
 
 /** Whether two strings are equal, in time that depends on their length only. */
@@ -102,7 +101,7 @@ export function createGate(store: Store, limits: RateLimits): Gate {
   async function lookUp(address: string, token: string, hash: Buffer): Promise<Admission> {
     const key = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
     if (!key || !sameHash(key.hash, hash)) {
-      throw (await limits.noteRefusedKey(address)) ?? refuse('The API key is not valid or has been revoked.', true);
+      throw limits.noteRefusedKey(address) ?? refuse('The API key is not valid or has been revoked.', true);
     }
     return admitKey(key.id);
   }
@@ -114,7 +113,6 @@ export function createGate(store: Store, limits: RateLimits): Gate {
 
   return {
     admit(address, authorization, connection) {
-      limits.refuseBlocked(address);
       const { token, hash } = credentialsOf(authorization, connection);
       const id = remembered(hash);
       return id === undefined ? lookUp(address, token, hash) : admitKey(id);
@@ -129,9 +127,6 @@ export function createGate(store: Store, limits: RateLimits): Gate {
       return remembered(credentials.hash);
     },
     admitKey,
-    get blocksAddresses() {
-      return limits.blocksAddresses;
-    },
   };
 }
 
@@ -163,7 +158,7 @@ export function authenticate(gate: Gate) {
     let admitted: Admitted;
     try {
       const held = (request.raw as Holding)[HELD];
-      admitted = held ? held() : gate.admit(request.ip, request.headers.authorization, request.raw.socket);
+      admitted = held ? held() : gate.admit(clientAddress(request), request.headers.authorization, request.raw.socket);
     } catch (error) {
       return done(error as Error);
     }
