@@ -25,7 +25,8 @@ const tooManyRequests = (message: string, secondsLeft: number, headers: Record<s
  * that is not an address is never used (nor echoed in a message).
  */
 export function clientAddress(request: FastifyRequest): string {
-  if (isIP(request.ip) !== 0) return request.ip;
+  // A zone (fe80::1%eth0) names nothing beyond the proxy's own host, and may be any length.
+  if (isIP(request.ip) !== 0 && !request.ip.includes('%')) return request.ip;
   return request.raw.socket.remoteAddress ?? 'an unknown address';
 }
 
