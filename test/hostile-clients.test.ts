@@ -176,3 +176,135 @@ test('with PETSTORE_CORS_ORIGINS, listed origins may call the API and others may
   assert.equal(other.statusCode, 200);
   assert.equal(other.headers['access-control-allow-origin'], undefined);
 });
+
+/**
+ * Hostile connections, which never close their side whatever the server does. Call it before
+ * the app is built: its sockets are destroyed after the test before the app closes, whose
+ * close would otherwise wait for them.
+ */
+function hostile(t: TestContext) {
+  const sockets: Socket[] = [];
+  t.after(() => sockets.forEach((socket) => socket.destroy()));
+  return (port: number, text = ''): Promise<Socket> =>
+    new Promise((resolve, reject) => {
+      const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+      sockets.push(socket);
+      socket.on('error', () => {});
+      socket.once('connect', () => {
+        if (text) socket.write(text);
+        resolve(socket);
+      });
+      socket.once('error', reject);
+    });
+}
+
+/** What the server sends on a new connection from `localAddress` to `text`, until it closes. */
+function answerTo(port: number, text: string, localAddress = '127.0.0.1'): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: '127.0.0.1', localAddress });
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => socket.destroy(), 5_000);
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(chunks).toString('utf8'));
+    });
+    socket.write(text);
+  });
+}
+
+/** Milliseconds until a GET with the key over a new connection from `localAddress` is answered 200. */
+async function servedAfter(port: number, key: string, localAddress = '127.0.0.1', giveUpMs = 15_000) {
+  const started = performance.now();
+  for (;;) {
+    const raw = await answerTo(
+      port,
+      `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`,
+      localAddress,
+    );
+    if (raw.startsWith('HTTP/1.1 200')) return performance.now() - started;
+    assert.ok(performance.now() - started < giveUpMs, `not served within ${giveUpMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+test('silent clients that never close after their 408 hold no slot: the next client is served', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, {
+    PETSTORE_MAX_CONNECTIONS: '4',
+    PETSTORE_HEADERS_TIMEOUT_MS: '500',
+    PETSTORE_REQUEST_TIMEOUT_MS: '1000',
+  });
+  await Promise.all([1, 2, 3, 4].map(() => hold(app.port)));
+  const waited = await servedAfter(app.port, app.key);
+  assert.ok(waited < 3_000, `the next client waited ${Math.round(waited)} ms`);
+  // Every one of them is let go, not only the first.
+  const open = () => new Promise<number>((resolve) => app.app.server.getConnections((_, n) => resolve(n)));
+  const started = performance.now();
+  while ((await open()) > 0) {
+    assert.ok(performance.now() - started < 3_000, `${await open()} connections still open`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+});
+
+test('clients that never close after the answer to CONNECT hold no slot: the next client is served at once', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  await Promise.all(
+    ['127.0.0.1:443', '/v1/pets', 'x:1', '/'].map((target) =>
+      hold(app.port, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`),
+    ),
+  );
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const waited = await servedAfter(app.port, app.key);
+  assert.ok(waited < 1_000, `the next client waited ${Math.round(waited)} ms`);
+});
+
+test('idle keep-alive connections are closed after PETSTORE_KEEP_ALIVE_TIMEOUT_MS (5 s by default): the next client is served', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  assert.equal(app.config.keepAliveTimeoutMs, 5_000);
+  await Promise.all(
+    [1, 2, 3, 4].map(() =>
+      hold(app.port, `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`),
+    ),
+  );
+  const waited = await servedAfter(app.port, app.key);
+  assert.ok(waited > 3_000 && waited < 8_000, `the next client waited ${Math.round(waited)} ms`);
+});
+
+test('one address holds at most PETSTORE_MAX_CONNECTIONS_PER_ADDRESS connections; other addresses are served', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '3' });
+  const held = await Promise.all([1, 2, 3].map(() => hold(app.port)));
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const extra = await answerTo(
+    app.port,
+    `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`,
+  );
+  assert.equal(extra, '', 'a fourth connection from the address is closed without an answer');
+  assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
+  held[0]!.destroy();
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+});
+
+test('connections from a trusted proxy are not capped per address', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '2', PETSTORE_TRUST_PROXY: '127.0.0.0/8' });
+  await Promise.all([1, 2, 3, 4].map(() => hold(app.port)));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+});
+
+test('with the defaults, 1,024 silent sockets from one address leave other addresses served at once, and it after the header timeout', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_HEADERS_TIMEOUT_MS: '2000', PETSTORE_REQUEST_TIMEOUT_MS: '4000' });
+  assert.equal(app.config.maxConnectionsPerAddress, 256);
+  const silent: Socket[] = [];
+  for (let i = 0; i < 1024; i += 64)
+    silent.push(...(await Promise.all([...Array(64).keys()].map(() => hold(app.port)))));
+  assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
+  const waited = await servedAfter(app.port, app.key);
+  assert.ok(waited < 4_000, `the same address waited ${Math.round(waited)} ms`);
+});
