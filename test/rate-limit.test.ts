@@ -194,3 +194,24 @@ test('two instances on one PostgreSQL database share each key limit', { skip: po
   // b's own key is counted apart.
   assert.equal((await b.call({ method: 'GET', url: '/v1/pets' })).statusCode, 200);
 });
+
+test('the OpenAPI document lists Retry-After and both policies’ RateLimit fields on every 429', async (t) => {
+  const { app } = await startApp(t);
+  const document = JSON.parse((await app.inject({ url: '/v1/openapi.json' })).body) as {
+    paths: Record<
+      string,
+      Record<string, { responses: Record<string, { headers?: Record<string, { description: string }> }> }>
+    >;
+  };
+  let seen = 0;
+  for (const item of Object.values(document.paths)) {
+    for (const operation of Object.values(item)) {
+      const refused = operation.responses['429'];
+      if (!refused) continue;
+      seen += 1;
+      assert.deepEqual(Object.keys(refused.headers ?? {}).sort(), ['RateLimit', 'RateLimit-Policy', 'Retry-After']);
+      assert.match(refused.headers!['RateLimit-Policy']!.description, /"refused-keys"/);
+    }
+  }
+  assert.ok(seen >= 3, `${seen} operations document a 429`);
+});

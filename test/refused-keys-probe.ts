@@ -10,15 +10,17 @@ import { openStore } from '../src/store/open.js';
 /*
  * The refused-key limit's memory under a flood: serves the app behind a trusted proxy
  * (127.0.0.1), sends KEYS requests over loopback, each with a different made-up key and,
- * every ADDRESS_REPEATS of them, a different X-Forwarded-For address, and prints one JSON line
- * with the heap and RSS after a full collection, before and after.
+ * every ADDRESS_REPEATS (1) of them, a different X-Forwarded-For address, with the refused-key
+ * limit at LIMIT (60, the default), and prints one JSON line with the answers and the heap and
+ * RSS after a full collection, before and after.
  *
- *   node --expose-gc --import tsx test/refused-keys-probe.ts            (100,000 keys)
- *   KEYS=20000 node --expose-gc --import tsx test/refused-keys-probe.ts
+ *   node --expose-gc --import tsx test/refused-keys-probe.ts                     (100,000 keys)
+ *   LIMIT=2 ADDRESS_REPEATS=4 node --expose-gc --import tsx test/refused-keys-probe.ts
  */
 
 const keys = Number(process.env.KEYS ?? 100_000);
-const repeats = Number(process.env.ADDRESS_REPEATS ?? 4);
+const repeats = Number(process.env.ADDRESS_REPEATS ?? 1);
+const limit = process.env.LIMIT ?? '60';
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) throw new Error('run with --expose-gc');
 
@@ -26,8 +28,7 @@ const dir = mkdtempSync(join(tmpdir(), 'petstore-refused-keys-'));
 const config = loadConfig({
   PETSTORE_DB: join(dir, 'petstore.db'),
   PETSTORE_TRUST_PROXY: '127.0.0.1',
-  // Two refused keys per address and window, so the flood meets both answers: 401, then 429.
-  PETSTORE_AUTH_FAILURE_LIMIT: '2',
+  PETSTORE_AUTH_FAILURE_LIMIT: limit,
   LOG_LEVEL: 'silent',
 });
 const store = await openStore(config);
@@ -101,6 +102,7 @@ process.stdout.write(
   JSON.stringify({
     keys,
     addresses: Math.ceil(keys / repeats),
+    limit: Number(limit),
     durationMs,
     statuses,
     before: { heapMiB: mib(before.heapUsed), rssMiB: mib(before.rss) },
