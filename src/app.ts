@@ -5,7 +5,7 @@ import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
 import { authenticate, createGate } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
-import { capConnectionsPerAddress } from './http/connections.js';
+import { capConnections } from './http/connections.js';
 import { registerDocs } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
@@ -95,8 +95,11 @@ export async function buildApp({
   });
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
-  app.server.maxConnections = config.maxConnections;
-  capConnectionsPerAddress(app.server, config.maxConnectionsPerAddress, config.trustProxy);
+  capConnections(app.server, {
+    max: config.maxConnections,
+    perAddress: config.maxConnectionsPerAddress,
+    trusted: config.trustProxy,
+  });
   const store = timeStore(plainStore, metrics);
   observeRequests(app, metrics);
   logRequests(app);

@@ -234,7 +234,8 @@ export const settings = {
   } satisfies Setting<number>,
   maxConnections: {
     env: 'PETSTORE_MAX_CONNECTIONS',
-    description: 'Most client connections open at once; a connection past it is closed as soon as it opens.',
+    description:
+      'Most client connections open at once; when the last is taken, the oldest that has sent nothing yet is closed, and past it a new one is closed as soon as it opens.',
     format: 'integer 1..1000000',
     default: '1024',
     parse: integer(1, 1_000_000),
@@ -242,7 +243,7 @@ export const settings = {
   maxConnectionsPerAddress: {
     env: 'PETSTORE_MAX_CONNECTIONS_PER_ADDRESS',
     description:
-      'Most connections open at once from one client address (PETSTORE_TRUST_PROXY peers excepted); a connection past it is closed as soon as it opens.',
+      "Most connections open at once from one client address (PETSTORE_TRUST_PROXY peers excepted); past it, the address's oldest connection that has sent nothing yet is closed, or else the new one.",
     format: 'integer 1..1000000, or off',
     default: '256',
     parse: integerOrOff(1_000_000),

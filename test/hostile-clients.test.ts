@@ -92,11 +92,16 @@ test('a client sending its body one byte at a time is cut off with 408, and noth
   assert.deepEqual(await app.store.listPets({ limit: 10 }), []);
 });
 
-test('connections past PETSTORE_MAX_CONNECTIONS are closed at once; a freed slot serves again', async (t) => {
+test('connections past PETSTORE_MAX_CONNECTIONS are closed at once while every open one has begun a request; a freed slot serves again', async (t) => {
   const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '3' });
-  const held = [open(app.port), open(app.port), open(app.port)];
-  await Promise.all(held.map(({ socket }) => new Promise((resolve) => socket.once('connect', resolve))));
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  const held = [];
+  for (let i = 0; i < 3; i++) {
+    const connection = open(app.port);
+    await new Promise((resolve) => connection.socket.once('connect', resolve));
+    connection.socket.write('GET /v1/pets HTTP/1.1\r\n');
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    held.push(connection);
+  }
   const extra = open(app.port);
   extra.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`);
   assert.equal((await extra.closed).raw, '', 'refused without an answer');
@@ -177,6 +182,18 @@ test('with PETSTORE_CORS_ORIGINS, listed origins may call the API and others may
   assert.equal(other.headers['access-control-allow-origin'], undefined);
 });
 
+/** Hostile connections the server closed (or reset). */
+const endedByServer = new WeakSet<Socket>();
+
+/** How many of `sockets` the server has not closed, a moment from now. */
+async function stillOpen(sockets: Socket[]): Promise<number> {
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  return sockets.filter((socket) => !endedByServer.has(socket)).length;
+}
+
+// A request begun and never finished: such a client is no longer silent, and waits for its 408.
+const BEGUN = 'GET /v1/pets HTTP/1.1\r\n';
+
 /**
  * Hostile connections, which never close their side whatever the server does. Call it before
  * the app is built: its sockets are destroyed after the test before the app closes, whose
@@ -185,14 +202,17 @@ test('with PETSTORE_CORS_ORIGINS, listed origins may call the API and others may
 function hostile(t: TestContext) {
   const sockets: Socket[] = [];
   t.after(() => sockets.forEach((socket) => socket.destroy()));
-  return (port: number, text = ''): Promise<Socket> =>
+  return (port: number, text = '', localAddress = '127.0.0.1'): Promise<Socket> =>
     new Promise((resolve, reject) => {
-      const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+      const socket = connect({ port, host: '127.0.0.1', localAddress, allowHalfOpen: true });
       sockets.push(socket);
       socket.on('error', () => {});
+      socket.once('end', () => endedByServer.add(socket));
+      socket.once('close', () => endedByServer.add(socket));
       socket.once('connect', () => {
-        if (text) socket.write(text);
-        resolve(socket);
+        if (!text) return resolve(socket);
+        // Resolved once the server has surely read what was sent.
+        socket.write(text, () => setTimeout(() => resolve(socket), 30));
       });
       socket.once('error', reject);
     });
@@ -229,14 +249,14 @@ async function servedAfter(port: number, key: string, localAddress = '127.0.0.1'
   }
 }
 
-test('silent clients that never close after their 408 hold no slot: the next client is served', async (t) => {
+test('clients that never close after their 408 hold no slot: the next client is served', async (t) => {
   const hold = hostile(t);
   const app = await listen(t, {
     PETSTORE_MAX_CONNECTIONS: '4',
     PETSTORE_HEADERS_TIMEOUT_MS: '500',
     PETSTORE_REQUEST_TIMEOUT_MS: '1000',
   });
-  await Promise.all([1, 2, 3, 4].map(() => hold(app.port)));
+  for (let i = 0; i < 4; i++) await hold(app.port, BEGUN);
   const waited = await servedAfter(app.port, app.key);
   assert.ok(waited < 3_000, `the next client waited ${Math.round(waited)} ms`);
   // Every one of them is let go, not only the first.
@@ -248,14 +268,26 @@ test('silent clients that never close after their 408 hold no slot: the next cli
   }
 });
 
+test('when every slot is taken by clients that sent nothing, the oldest of them makes room: the next client is served at once', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  const silent = [];
+  for (let i = 0; i < 4; i++) silent.push(await hold(app.port));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+  // The oldest went first; one that has begun its request is never closed to make room.
+  assert.ok(endedByServer.has(silent[0]!));
+  const begun = [];
+  for (let i = 0; i < 3; i++) begun.push(await hold(app.port, BEGUN));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+  assert.equal(await stillOpen(begun), 3);
+});
+
 test('clients that never close after the answer to CONNECT hold no slot: the next client is served at once', async (t) => {
   const hold = hostile(t);
   const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
-  await Promise.all(
-    ['127.0.0.1:443', '/v1/pets', 'x:1', '/'].map((target) =>
-      hold(app.port, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`),
-    ),
-  );
+  for (const target of ['127.0.0.1:443', '/v1/pets', 'x:1', '/']) {
+    await hold(app.port, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  }
   await new Promise((resolve) => setTimeout(resolve, 200));
   const waited = await servedAfter(app.port, app.key);
   assert.ok(waited < 1_000, `the next client waited ${Math.round(waited)} ms`);
@@ -265,11 +297,9 @@ test('idle keep-alive connections are closed after PETSTORE_KEEP_ALIVE_TIMEOUT_M
   const hold = hostile(t);
   const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
   assert.equal(app.config.keepAliveTimeoutMs, 5_000);
-  await Promise.all(
-    [1, 2, 3, 4].map(() =>
-      hold(app.port, `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`),
-    ),
-  );
+  for (let i = 0; i < 4; i++) {
+    await hold(app.port, `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`);
+  }
   const waited = await servedAfter(app.port, app.key);
   assert.ok(waited > 3_000 && waited < 8_000, `the next client waited ${Math.round(waited)} ms`);
 });
@@ -277,34 +307,61 @@ test('idle keep-alive connections are closed after PETSTORE_KEEP_ALIVE_TIMEOUT_M
 test('one address holds at most PETSTORE_MAX_CONNECTIONS_PER_ADDRESS connections; other addresses are served', async (t) => {
   const hold = hostile(t);
   const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '3' });
-  const held = await Promise.all([1, 2, 3].map(() => hold(app.port)));
+  const held = [];
+  for (let i = 0; i < 3; i++) held.push(await hold(app.port, BEGUN));
   await new Promise((resolve) => setTimeout(resolve, 100));
   const extra = await answerTo(
     app.port,
     `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`,
   );
   assert.equal(extra, '', 'a fourth connection from the address is closed without an answer');
+  assert.equal(await stillOpen(held), 3);
   assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
   held[0]!.destroy();
   await new Promise((resolve) => setTimeout(resolve, 100));
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
 });
 
+test('past PETSTORE_MAX_CONNECTIONS_PER_ADDRESS, the address’s oldest connection that sent nothing makes room', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '3' });
+  const silent = [];
+  for (let i = 0; i < 3; i++) silent.push(await hold(app.port));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+  assert.ok(endedByServer.has(silent[0]!));
+  assert.equal(await stillOpen(silent), 2);
+});
+
 test('connections from a trusted proxy are not capped per address', async (t) => {
   const hold = hostile(t);
   const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '2', PETSTORE_TRUST_PROXY: '127.0.0.0/8' });
-  await Promise.all([1, 2, 3, 4].map(() => hold(app.port)));
+  const held = [];
+  for (let i = 0; i < 4; i++) held.push(await hold(app.port, BEGUN));
+  assert.equal(await stillOpen(held), 4);
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
 });
 
-test('with the defaults, 1,024 silent sockets from one address leave other addresses served at once, and it after the header timeout', async (t) => {
+test('with the defaults, 1,024 silent sockets from one address, then a normal client from it is served at once', async (t) => {
   const hold = hostile(t);
-  const app = await listen(t, { PETSTORE_HEADERS_TIMEOUT_MS: '2000', PETSTORE_REQUEST_TIMEOUT_MS: '4000' });
+  const app = await listen(t);
   assert.equal(app.config.maxConnectionsPerAddress, 256);
+  assert.equal(app.config.maxConnections, 1024);
   const silent: Socket[] = [];
   for (let i = 0; i < 1024; i += 64)
     silent.push(...(await Promise.all([...Array(64).keys()].map(() => hold(app.port)))));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
   assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
-  const waited = await servedAfter(app.port, app.key);
-  assert.ok(waited < 4_000, `the same address waited ${Math.round(waited)} ms`);
+  assert.ok((await stillOpen(silent)) <= 256);
+});
+
+test('with the defaults, 1,024 silent sockets from many addresses, then a normal client is served at once', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t);
+  const silent: Socket[] = [];
+  for (let i = 0; i < 1024; i += 64) {
+    const from = `127.0.1.${1 + i / 64}`;
+    silent.push(...(await Promise.all([...Array(64).keys()].map(() => hold(app.port, '', from)))));
+  }
+  assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
 });
