@@ -45,8 +45,8 @@ export class RateLimits {
   readonly #windowMs: number;
   readonly #policy: string;
   readonly #refusedPolicy: string;
-  /** Refused keys by address in the current window, in this instance. */
-  readonly #refused = new CountMinSketch();
+  /** Refused keys by address in the current window, in this instance; none when the limit is off. */
+  readonly #refused: CountMinSketch | undefined;
   #refusedWindow = -Infinity;
 
   constructor(store: Store, clock: Clock, config: Config) {
@@ -57,6 +57,7 @@ export class RateLimits {
     this.#windowMs = config.rateLimitWindowSeconds * 1000;
     this.#policy = `"default";q=${config.rateLimit};w=${config.rateLimitWindowSeconds}`;
     this.#refusedPolicy = `"refused-keys";q=${config.authFailureLimit};w=${config.rateLimitWindowSeconds}`;
+    this.#refused = config.authFailureLimit === undefined ? undefined : new CountMinSketch();
   }
 
   /**
@@ -99,14 +100,14 @@ export class RateLimits {
    * asked only about keys already refused.
    */
   noteRefusedKey(address: string): ApiError | undefined {
-    const limit = this.#failureLimit;
-    if (limit === undefined) return undefined;
+    const [limit, refused] = [this.#failureLimit, this.#refused];
+    if (limit === undefined || refused === undefined) return undefined;
     const window = windowAt(this.#clock.now(), this.#windowMs);
     if (window.start > this.#refusedWindow) {
-      this.#refused.clear();
+      refused.clear();
       this.#refusedWindow = window.start;
     }
-    if (this.#refused.add(address) <= limit) return undefined;
+    if (refused.add(address) <= limit) return undefined;
     return tooManyRequests(
       `Too many refused API keys came from ${address}; retry after ${window.secondsLeft} seconds, or send a valid key, which is served.`,
       window.secondsLeft,
