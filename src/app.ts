@@ -5,6 +5,7 @@ import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
 import { authenticate, createGate } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
+import { capConnections } from './http/connections.js';
 import { registerDocs } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
@@ -60,6 +61,8 @@ export async function buildApp({
       requireHostHeader: false,
     },
     requestTimeout: config.requestTimeoutMs,
+    // Idle keep-alive connections hold a slot: 5 s by default, like Node's own (docs/hardening.md).
+    keepAliveTimeout: config.keepAliveTimeoutMs,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     clientErrorHandler: answerClientError,
     // Requests the router refuses (a malformed percent-encoding) get the Error body too. They
@@ -92,7 +95,11 @@ export async function buildApp({
   });
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
-  app.server.maxConnections = config.maxConnections;
+  capConnections(app.server, {
+    max: config.maxConnections,
+    perAddress: config.maxConnectionsPerAddress,
+    trusted: config.trustProxy,
+  });
   const store = timeStore(plainStore, metrics);
   observeRequests(app, metrics);
   logRequests(app);

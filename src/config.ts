@@ -209,7 +209,7 @@ export const settings = {
   authFailureLimit: {
     env: 'PETSTORE_AUTH_FAILURE_LIMIT',
     description:
-      'Refused API keys one client address may send per window; past it, every request from the address that needs a key gets 429 until the window ends.',
+      'Refused API keys one client address may send per window; past it, a further refused key from the address gets 429 instead of 401 (a valid key is still served).',
     format: 'integer 1..1000000000, or off',
     default: '60',
     parse: integerOrOff(1_000_000_000),
@@ -240,10 +240,27 @@ export const settings = {
   } satisfies Setting<number>,
   maxConnections: {
     env: 'PETSTORE_MAX_CONNECTIONS',
-    description: 'Most client connections open at once; a connection past it is closed as soon as it opens.',
+    description:
+      'Most client connections open at once; when the last is taken, the oldest that has sent nothing yet is closed, and past it a new one is closed as soon as it opens.',
     format: 'integer 1..1000000',
     default: '1024',
     parse: integer(1, 1_000_000),
+  } satisfies Setting<number>,
+  maxConnectionsPerAddress: {
+    env: 'PETSTORE_MAX_CONNECTIONS_PER_ADDRESS',
+    description:
+      "Most connections open at once from one client address (PETSTORE_TRUST_PROXY peers excepted); past it, the address's oldest connection that has sent nothing yet is closed, or else the new one.",
+    format: 'integer 1..1000000, or off',
+    default: '256',
+    parse: integerOrOff(1_000_000),
+  } satisfies Setting<number | undefined>,
+  keepAliveTimeoutMs: {
+    env: 'PETSTORE_KEEP_ALIVE_TIMEOUT_MS',
+    description:
+      "How long an idle keep-alive connection stays open for its next request; behind a proxy that reuses connections, set it above the proxy's idle timeout.",
+    format: 'milliseconds, integer 100..600000',
+    default: '5000',
+    parse: integer(100, 600_000),
   } satisfies Setting<number>,
   corsOrigins: {
     env: 'PETSTORE_CORS_ORIGINS',

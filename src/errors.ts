@@ -2,7 +2,47 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { errorCodes, type ErrorBody, type ErrorCode } from './schemas.js';
 import { StoreUnavailableError } from './store/store.js';
 
-/** An error the service answers with on purpose: its code, status and message go to the client. */
+// C0 and C1 controls, DEL, line and paragraph separators, and lone surrogates.
+const UNPRINTABLE =
+  // eslint-disable-next-line no-control-regex -- matching control characters is the point
+  /[\u0000-\u001f\u007f-\u009f\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+/** Longest piece of a request a message quotes, in characters. */
+export const ECHO_LIMIT = 64;
+
+/**
+ * `text` as one printable line: each control character (Unicode Cc), line or paragraph
+ * separator and lone surrogate is written as its code point (CONTRACT.md Errors).
+ *
+ * @example oneLine('a\nb') // 'aU+000Ab'
+ */
+export function oneLine(text: string): string {
+  return text.replace(UNPRINTABLE, (c) => `U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`);
+}
+
+/**
+ * A piece of the request as a message may quote it: one line (see oneLine), cut to its first
+ * ECHO_LIMIT characters with an ellipsis when it was longer. A code point is never split.
+ *
+ * @example echo('x'.repeat(2000)) // 64 x, then '…'
+ * @example echo('a\nb') // 'aU+000Ab'
+ */
+export function echo(input: string): string {
+  const printable = oneLine(input);
+  if (printable.length <= ECHO_LIMIT) return printable;
+  let end = 0;
+  for (const part of printable.matchAll(/U\+[0-9A-F]{4}|[\s\S]/gu)) {
+    if (end + part[0].length > ECHO_LIMIT) break;
+    end += part[0].length;
+  }
+  return `${printable.slice(0, end)}…`;
+}
+
+/**
+ * An error the service answers with on purpose: its code, status and message go to the client.
+ * The message is made one line here, so that no source (a parser, a header, a query, a path)
+ * can put a control character in it.
+ */
 export class ApiError extends Error {
   readonly status: number;
   /** The same as `status`; a plain property because Fastify assigns it on validation errors. */
@@ -14,7 +54,7 @@ export class ApiError extends Error {
     message: string,
     headers: Record<string, string> = {},
   ) {
-    super(message);
+    super(oneLine(message));
     this.status = errorCodes[code];
     this.statusCode = this.status;
     this.headers = headers;

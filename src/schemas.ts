@@ -191,10 +191,18 @@ export const commonErrors = {
   408: errorResponse('request_timeout: the request was not received in time; the connection is closed.'),
   414: errorResponse('uri_too_long: the URL is over 8 KiB.'),
   429: errorResponse(
-    'rate_limited: the API key made too many requests in this window, or too many refused keys came from this address.',
+    'rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served).',
     {
       'Retry-After': { type: 'string', description: 'Seconds until requests are admitted again.' },
-      ...rateLimitHeaders,
+      'RateLimit-Policy': {
+        type: 'string',
+        description:
+          'The policy that refused the request: the API key\'s `"default";q=<requests>;w=<seconds>`, or the address\'s `"refused-keys";q=<refused keys>;w=<seconds>`.',
+      },
+      RateLimit: {
+        type: 'string',
+        description: 'What is left of it: `"<policy>";r=0;t=<seconds until the window ends>`.',
+      },
     },
   ),
   431: errorResponse('headers_too_large: the request headers are over 16 KiB in all.'),

@@ -37,6 +37,31 @@ test('the document checker refuses answers the served document does not allow', 
     ['POST', '/v1/pets', answer(400, error('not_found', 400)), /catalogue/],
     ['GET', '/v1/nowhere', answer(200, '[]'), /outside the document/],
     ['PUT', '/v1/pets', answer(405, error('method_not_allowed', 405)), /Allow/],
+    ['GET', '/v1/pets', answer(429, error('rate_limited', 429), { ...json, 'retry-after': '5' }), /a 429 without/],
+    [
+      'POST',
+      '/v1/pets',
+      answer(400, error('invalid_request', 400).replace('"m"', '"a\\nb"')),
+      /one short printable line/,
+    ],
+    [
+      'POST',
+      '/v1/pets',
+      answer(400, error('invalid_request', 400).replace('"m"', '"\u0085"')),
+      /one short printable line/,
+    ],
+    [
+      'POST',
+      '/v1/pets',
+      answer(400, error('invalid_request', 400).replace('"m"', '"\\ud800"')),
+      /one short printable line/,
+    ],
+    [
+      'POST',
+      '/v1/pets',
+      answer(400, error('invalid_request', 400).replace('"m"', `"${'m'.repeat(500)}"`)),
+      /one short printable line/,
+    ],
   ];
   for (const [method, url, response, problem] of refused) {
     assert.match(checker.check(method, url, response) ?? 'accepted', problem, `${method} ${url} ${response.body}`);

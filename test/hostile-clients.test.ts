@@ -92,11 +92,16 @@ test('a client sending its body one byte at a time is cut off with 408, and noth
   assert.deepEqual(await app.store.listPets({ limit: 10 }), []);
 });
 
-test('connections past PETSTORE_MAX_CONNECTIONS are closed at once; a freed slot serves again', async (t) => {
+test('connections past PETSTORE_MAX_CONNECTIONS are closed at once while every open one has begun a request; a freed slot serves again', async (t) => {
   const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '3' });
-  const held = [open(app.port), open(app.port), open(app.port)];
-  await Promise.all(held.map(({ socket }) => new Promise((resolve) => socket.once('connect', resolve))));
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  const held = [];
+  for (let i = 0; i < 3; i++) {
+    const connection = open(app.port);
+    await new Promise((resolve) => connection.socket.once('connect', resolve));
+    connection.socket.write('GET /v1/pets HTTP/1.1\r\n');
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    held.push(connection);
+  }
   const extra = open(app.port);
   extra.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`);
   assert.equal((await extra.closed).raw, '', 'refused without an answer');
@@ -175,4 +180,188 @@ test('with PETSTORE_CORS_ORIGINS, listed origins may call the API and others may
   const other = await app.call({ method: 'GET', url: '/v1/pets', headers: { origin: 'https://evil.example' } });
   assert.equal(other.statusCode, 200);
   assert.equal(other.headers['access-control-allow-origin'], undefined);
+});
+
+/** Hostile connections the server closed (or reset). */
+const endedByServer = new WeakSet<Socket>();
+
+/** How many of `sockets` the server has not closed, a moment from now. */
+async function stillOpen(sockets: Socket[]): Promise<number> {
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  return sockets.filter((socket) => !endedByServer.has(socket)).length;
+}
+
+// A request begun and never finished: such a client is no longer silent, and waits for its 408.
+const BEGUN = 'GET /v1/pets HTTP/1.1\r\n';
+
+/**
+ * Hostile connections, which never close their side whatever the server does. Call it before
+ * the app is built: its sockets are destroyed after the test before the app closes, whose
+ * close would otherwise wait for them.
+ */
+function hostile(t: TestContext) {
+  const sockets: Socket[] = [];
+  t.after(() => sockets.forEach((socket) => socket.destroy()));
+  return (port: number, text = '', localAddress = '127.0.0.1'): Promise<Socket> =>
+    new Promise((resolve, reject) => {
+      const socket = connect({ port, host: '127.0.0.1', localAddress, allowHalfOpen: true });
+      sockets.push(socket);
+      socket.on('error', () => {});
+      socket.once('end', () => endedByServer.add(socket));
+      socket.once('close', () => endedByServer.add(socket));
+      socket.once('connect', () => {
+        if (!text) return resolve(socket);
+        // Resolved once the server has surely read what was sent.
+        socket.write(text, () => setTimeout(() => resolve(socket), 30));
+      });
+      socket.once('error', reject);
+    });
+}
+
+/** What the server sends on a new connection from `localAddress` to `text`, until it closes. */
+function answerTo(port: number, text: string, localAddress = '127.0.0.1'): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: '127.0.0.1', localAddress });
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => socket.destroy(), 5_000);
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(chunks).toString('utf8'));
+    });
+    socket.write(text);
+  });
+}
+
+/** Milliseconds until a GET with the key over a new connection from `localAddress` is answered 200. */
+async function servedAfter(port: number, key: string, localAddress = '127.0.0.1', giveUpMs = 15_000) {
+  const started = performance.now();
+  for (;;) {
+    const raw = await answerTo(
+      port,
+      `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`,
+      localAddress,
+    );
+    if (raw.startsWith('HTTP/1.1 200')) return performance.now() - started;
+    assert.ok(performance.now() - started < giveUpMs, `not served within ${giveUpMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+test('clients that never close after their 408 hold no slot: the next client is served', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, {
+    PETSTORE_MAX_CONNECTIONS: '4',
+    PETSTORE_HEADERS_TIMEOUT_MS: '500',
+    PETSTORE_REQUEST_TIMEOUT_MS: '1000',
+  });
+  for (let i = 0; i < 4; i++) await hold(app.port, BEGUN);
+  const waited = await servedAfter(app.port, app.key);
+  assert.ok(waited < 3_000, `the next client waited ${Math.round(waited)} ms`);
+  // Every one of them is let go, not only the first.
+  const open = () => new Promise<number>((resolve) => app.app.server.getConnections((_, n) => resolve(n)));
+  const started = performance.now();
+  while ((await open()) > 0) {
+    assert.ok(performance.now() - started < 3_000, `${await open()} connections still open`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+});
+
+test('when every slot is taken by clients that sent nothing, the oldest of them makes room: the next client is served at once', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  const silent = [];
+  for (let i = 0; i < 4; i++) silent.push(await hold(app.port));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+  // The oldest went first; one that has begun its request is never closed to make room.
+  assert.ok(endedByServer.has(silent[0]!));
+  const begun = [];
+  for (let i = 0; i < 3; i++) begun.push(await hold(app.port, BEGUN));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+  assert.equal(await stillOpen(begun), 3);
+});
+
+test('clients that never close after the answer to CONNECT hold no slot: the next client is served at once', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  for (const target of ['127.0.0.1:443', '/v1/pets', 'x:1', '/']) {
+    await hold(app.port, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  }
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const waited = await servedAfter(app.port, app.key);
+  assert.ok(waited < 1_000, `the next client waited ${Math.round(waited)} ms`);
+});
+
+test('idle keep-alive connections are closed after PETSTORE_KEEP_ALIVE_TIMEOUT_MS (5 s by default): the next client is served', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  assert.equal(app.config.keepAliveTimeoutMs, 5_000);
+  for (let i = 0; i < 4; i++) {
+    await hold(app.port, `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`);
+  }
+  const waited = await servedAfter(app.port, app.key);
+  assert.ok(waited > 3_000 && waited < 8_000, `the next client waited ${Math.round(waited)} ms`);
+});
+
+test('one address holds at most PETSTORE_MAX_CONNECTIONS_PER_ADDRESS connections; other addresses are served', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '3' });
+  const held = [];
+  for (let i = 0; i < 3; i++) held.push(await hold(app.port, BEGUN));
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const extra = await answerTo(
+    app.port,
+    `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`,
+  );
+  assert.equal(extra, '', 'a fourth connection from the address is closed without an answer');
+  assert.equal(await stillOpen(held), 3);
+  assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
+  held[0]!.destroy();
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+});
+
+test('past PETSTORE_MAX_CONNECTIONS_PER_ADDRESS, the address’s oldest connection that sent nothing makes room', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '3' });
+  const silent = [];
+  for (let i = 0; i < 3; i++) silent.push(await hold(app.port));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+  assert.ok(endedByServer.has(silent[0]!));
+  assert.equal(await stillOpen(silent), 2);
+});
+
+test('connections from a trusted proxy are not capped per address', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '2', PETSTORE_TRUST_PROXY: '127.0.0.0/8' });
+  const held = [];
+  for (let i = 0; i < 4; i++) held.push(await hold(app.port, BEGUN));
+  assert.equal(await stillOpen(held), 4);
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+});
+
+test('with the defaults, 1,024 silent sockets from one address, then a normal client from it is served at once', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t);
+  assert.equal(app.config.maxConnectionsPerAddress, 256);
+  assert.equal(app.config.maxConnections, 1024);
+  const silent: Socket[] = [];
+  for (let i = 0; i < 1024; i += 64)
+    silent.push(...(await Promise.all([...Array(64).keys()].map(() => hold(app.port)))));
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
+  assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
+  assert.ok((await stillOpen(silent)) <= 256);
+});
+
+test('with the defaults, 1,024 silent sockets from many addresses, then a normal client is served at once', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t);
+  const silent: Socket[] = [];
+  for (let i = 0; i < 1024; i += 64) {
+    const from = `127.0.1.${1 + i / 64}`;
+    silent.push(...(await Promise.all([...Array(64).keys()].map(() => hold(app.port, '', from)))));
+  }
+  assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
+  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
 });

@@ -97,8 +97,8 @@ test('a cached answer carries the route’s fields in the route’s order, on a 
     [...answer.headers.keys()].filter((name) => !['date', 'connection', 'keep-alive'].includes(name));
   assert.deepEqual(names(fromCache), names(viaRoute));
   assert.equal(fromCache.body, viaRoute.body);
-  // Fastify's default keep-alive timeout, which the server in front of it keeps.
-  assert.equal(viaRoute.headers.get('keep-alive'), 'timeout=72');
+  // The keep-alive timeout given to Fastify (PETSTORE_KEEP_ALIVE_TIMEOUT_MS), which the server in front of it keeps.
+  assert.equal(viaRoute.headers.get('keep-alive'), 'timeout=5');
 });
 
 test('a cached page is sent even when the store fails: the rows are not read again', async (t) => {
@@ -179,6 +179,25 @@ test('cached answers count toward the rate limit once each, and past it get 429 
   assert.equal(refused.headers.get('retry-after'), '60');
   assert.match(refused.headers.get('x-request-id')!, UUID);
   assert.equal(((await refused.json()) as { code: string }).code, 'rate_limited');
+});
+
+test('refused keys from an address get 429 with their policy on a cached URL, while its valid key is served from the cache', async (t) => {
+  const app = await listening(t, { env: { PETSTORE_AUTH_FAILURE_LIMIT: '3' } });
+  for (let i = 0; i < 2; i++) await (await app.get('/v1/pets?limit=20')).text();
+  const bad = { headers: { authorization: `Bearer psk_${'A'.repeat(43)}` } };
+  for (let i = 0; i < 3; i++) assert.equal((await app.get('/v1/pets?limit=20', bad)).status, 401);
+  for (const method of ['GET', 'HEAD']) {
+    const refused = await app.get('/v1/pets?limit=20', { ...bad, method });
+    assert.equal(refused.status, 429);
+    assert.equal(refused.headers.get('ratelimit-policy'), '"refused-keys";q=3;w=60');
+    assert.equal(refused.headers.get('ratelimit'), '"refused-keys";r=0;t=60');
+    assert.equal(refused.headers.get('retry-after'), '60');
+  }
+  const before = app.throughFastify();
+  const served = await app.get('/v1/pets?limit=20');
+  assert.equal(served.status, 200);
+  assert.equal(JSON.parse(await served.text()).length, 20);
+  assert.equal(app.throughFastify(), before, 'the valid key was answered from the cache');
 });
 
 test('anything but a remembered key on a cached URL gets the route’s own answer', async (t) => {

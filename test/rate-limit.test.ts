@@ -4,7 +4,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { issueKey } from '../src/keys/cli.js';
 import { openPostgresStore } from '../src/store/postgres.js';
 import { assertError, startApp } from './helpers.js';
-import { createPostgresSchema, postgresSkip } from './stores.js';
+import { createPostgresSchema, postgresSkip, storeKinds } from './stores.js';
 
 const PET = { name: 'Rex', categoryId: 7 };
 const BAD_KEY = `psk_${'A'.repeat(43)}`;
@@ -63,30 +63,92 @@ test('PETSTORE_RATE_LIMIT=off sends no RateLimit fields and refuses nothing', as
   assert.equal(response.headers['ratelimit-policy'], undefined);
 });
 
-test('an address that sends too many refused keys gets 429, before any key is checked; others are served', async (t) => {
-  const app = await startApp(t, { env: { PETSTORE_AUTH_FAILURE_LIMIT: '3', PETSTORE_RATE_LIMIT_WINDOW: '60' } });
-  const from = (remoteAddress: string, key: string) =>
-    app.app.inject({ method: 'GET', url: '/v1/pets', remoteAddress, headers: { authorization: `Bearer ${key}` } });
-  // Requests with no key at all are not guesses and do not count.
-  for (let i = 0; i < 5; i++) {
-    const none = await app.app.inject({ method: 'GET', url: '/v1/pets', remoteAddress: '192.0.2.7' });
-    assertError(none, 401, 'unauthorized');
+/** Asserts a 429 carries Retry-After and the RateLimit fields of `policy`, all telling the same wait. */
+function assert429(response: LightMyRequestResponse, policy: string, quota: number, window: number, seconds: number) {
+  assert.equal(response.statusCode, 429, response.body);
+  assert.equal(response.headers['retry-after'], String(seconds));
+  assert.equal(response.headers['ratelimit-policy'], `"${policy}";q=${quota};w=${window}`);
+  assert.equal(response.headers.ratelimit, `"${policy}";r=0;t=${seconds}`);
+}
+
+for (const kind of storeKinds) {
+  test(
+    `${kind.name}: past the refused-key limit a bad key gets 429 with its policy, and a valid key from the address is served`,
+    { skip: kind.skip },
+    async (t) => {
+      const database = await kind.createDatabase(t);
+      const store = database.open();
+      await store.migrate();
+      const app = await startApp(t, { store });
+      const from = (remoteAddress: string, key: string, method: 'GET' | 'HEAD' | 'POST' = 'GET') =>
+        app.app.inject({
+          method,
+          url: '/v1/pets',
+          remoteAddress,
+          headers: { authorization: `Bearer ${key}` },
+          ...(method === 'POST' && { payload: PET }),
+        });
+      // Requests with no key at all are not guesses and do not count.
+      for (let i = 0; i < 5; i++) {
+        assertError(
+          await app.app.inject({ method: 'GET', url: '/v1/pets', remoteAddress: '192.0.2.7' }),
+          401,
+          'unauthorized',
+        );
+      }
+      for (let i = 0; i < 60; i++)
+        assertError(await from('192.0.2.7', `${BAD_KEY.slice(0, -2)}${i}`), 401, 'unauthorized');
+      app.clock.set(app.clock.now() + 20_000);
+      for (let i = 60; i < 100; i++) {
+        const refused = await from('192.0.2.7', BAD_KEY);
+        assertError(refused, 429, 'rate_limited', '192.0.2.7', '40 seconds', 'valid key');
+        assert429(refused, 'refused-keys', 60, 60, 40);
+      }
+      // HEAD and every operation alike, and the valid key of the very same address is served.
+      assert429(await from('192.0.2.7', BAD_KEY, 'HEAD'), 'refused-keys', 60, 60, 40);
+      assert429(await from('192.0.2.7', BAD_KEY, 'POST'), 'refused-keys', 60, 60, 40);
+      const served = await from('192.0.2.7', app.key);
+      assert.equal(served.statusCode, 200);
+      assertFields(served, '"default";q=6000;w=60', 5999, 40);
+      assert.equal((await from('192.0.2.7', app.key, 'HEAD')).statusCode, 200);
+      assert.equal((await from('192.0.2.7', app.key, 'POST')).statusCode, 201);
+      // Another address is not affected; the next window starts afresh.
+      assertError(await from('192.0.2.8', BAD_KEY), 401, 'unauthorized');
+      app.clock.set(app.clock.now() + 40_000);
+      assertError(await from('192.0.2.7', BAD_KEY), 401, 'unauthorized');
+    },
+  );
+
+  test(
+    `${kind.name}: a key past its own limit gets 429 with its policy, on GET, HEAD and POST`,
+    { skip: kind.skip },
+    async (t) => {
+      const database = await kind.createDatabase(t);
+      const store = database.open();
+      await store.migrate();
+      const app = await startApp(t, { store, env: { PETSTORE_RATE_LIMIT: '2', PETSTORE_RATE_LIMIT_WINDOW: '30' } });
+      for (let i = 0; i < 2; i++) assert.equal((await app.call({ method: 'GET', url: '/v1/pets' })).statusCode, 200);
+      for (const method of ['GET', 'HEAD', 'POST'] as const) {
+        const refused = await app.call({ method, url: '/v1/pets', ...(method === 'POST' && { payload: PET }) });
+        assert429(refused, 'default', 2, 30, 30);
+        if (method !== 'HEAD') assertError(refused, 429, 'rate_limited', '30 seconds');
+      }
+    },
+  );
+}
+
+test('PETSTORE_AUTH_FAILURE_LIMIT=off answers every refused key 401', async (t) => {
+  const app = await startApp(t, { env: { PETSTORE_AUTH_FAILURE_LIMIT: 'off' } });
+  for (let i = 0; i < 80; i++) {
+    assertError(
+      await app.call({ method: 'GET', url: '/v1/pets', headers: { authorization: `Bearer ${BAD_KEY}` } }),
+      401,
+      'unauthorized',
+    );
   }
-  for (let i = 0; i < 3; i++) assertError(await from('192.0.2.7', BAD_KEY), 401, 'unauthorized');
-  const blocked = await from('192.0.2.7', BAD_KEY);
-  assertError(blocked, 429, 'rate_limited', '192.0.2.7', '60 seconds');
-  assert.equal(blocked.headers['retry-after'], '60');
-  // Even a valid key from the address waits: a guess that happened to be right would be let in.
-  assertError(await from('192.0.2.7', app.key), 429, 'rate_limited');
-
-  assert.equal((await from('192.0.2.8', app.key)).statusCode, 200);
-  assertError(await from('192.0.2.8', BAD_KEY), 401, 'unauthorized');
-
-  app.clock.set(app.clock.now() + 60_000);
-  assert.equal((await from('192.0.2.7', app.key)).statusCode, 200);
 });
 
-test('behind a trusted proxy, the address limited is the client X-Forwarded-For names', async (t) => {
+test('behind a trusted proxy, the address limited is the client X-Forwarded-For names, when it is an address', async (t) => {
   const app = await startApp(t, { env: { PETSTORE_AUTH_FAILURE_LIMIT: '1', PETSTORE_TRUST_PROXY: '10.0.0.0/8' } });
   const via = (client: string, key: string, proxy = '10.1.2.3') =>
     app.app.inject({
@@ -97,10 +159,20 @@ test('behind a trusted proxy, the address limited is the client X-Forwarded-For 
     });
   assertError(await via('198.51.100.1', BAD_KEY), 401, 'unauthorized');
   assertError(await via('198.51.100.1', BAD_KEY), 429, 'rate_limited', '198.51.100.1');
-  assert.equal((await via('198.51.100.2', app.key)).statusCode, 200);
+  assertError(await via('2001:db8::1', BAD_KEY), 401, 'unauthorized');
+  assertError(await via('2001:db8::1', BAD_KEY), 429, 'rate_limited', '2001:db8::1');
+  assert.equal((await via('198.51.100.1', app.key)).statusCode, 200);
+  assertError(await via('198.51.100.2', BAD_KEY), 401, 'unauthorized');
   // An untrusted peer cannot pick its address with the header.
   assertError(await via('198.51.100.3', BAD_KEY, '203.0.113.9'), 401, 'unauthorized');
   assertError(await via('198.51.100.4', BAD_KEY, '203.0.113.9'), 429, 'rate_limited', '203.0.113.9');
+  // A value that is not an address is not used, nor echoed: the proxy's own address counts.
+  for (const junk of ['not-an-address', '<script>', `x${'\u001b'}[31m`, '999.1.1.1', 'a'.repeat(300)]) {
+    const refused = await via(junk, BAD_KEY, '10.9.9.9');
+    const message = JSON.parse(refused.body).message as string;
+    assert.ok(!message.includes(junk.slice(0, 8)), message);
+  }
+  assertError(await via('unknown', BAD_KEY, '10.9.9.9'), 429, 'rate_limited', '10.9.9.9');
 });
 
 test('two instances on one PostgreSQL database share each key limit', { skip: postgresSkip }, async (t) => {
@@ -121,4 +193,25 @@ test('two instances on one PostgreSQL database share each key limit', { skip: po
   assertError(await b.app.inject({ method: 'GET', url: '/v1/pets', headers: noisy }), 429, 'rate_limited');
   // b's own key is counted apart.
   assert.equal((await b.call({ method: 'GET', url: '/v1/pets' })).statusCode, 200);
+});
+
+test('the OpenAPI document lists Retry-After and both policies’ RateLimit fields on every 429', async (t) => {
+  const { app } = await startApp(t);
+  const document = JSON.parse((await app.inject({ url: '/v1/openapi.json' })).body) as {
+    paths: Record<
+      string,
+      Record<string, { responses: Record<string, { headers?: Record<string, { description: string }> }> }>
+    >;
+  };
+  let seen = 0;
+  for (const item of Object.values(document.paths)) {
+    for (const operation of Object.values(item)) {
+      const refused = operation.responses['429'];
+      if (!refused) continue;
+      seen += 1;
+      assert.deepEqual(Object.keys(refused.headers ?? {}).sort(), ['RateLimit', 'RateLimit-Policy', 'Retry-After']);
+      assert.match(refused.headers!['RateLimit-Policy']!.description, /"refused-keys"/);
+    }
+  }
+  assert.ok(seen >= 3, `${seen} operations document a 429`);
 });

@@ -4,7 +4,7 @@ import { systemClock, type Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash, scopes, type Scope } from '../keys/keys.js';
 import type { ActiveKey, Store } from '../store/store.js';
-import type { RateFields, RateLimits } from './rate-limit.js';
+import { clientAddress, type RateFields, type RateLimits } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -64,8 +64,8 @@ export interface Gate {
   /**
    * Admits a request with an active, unexpired key that holds `scope`, within its rate limit,
    * or throws (rejects with) the 401, 403 or 429 to answer. Synchronous when the store remembers
-   * the key and counts in memory. An address that sent too many refused keys gets 429 before
-   * any check.
+   * the key and counts in memory. A refused key from an address that sent too many gets 429
+   * instead of 401; a valid key is never refused for what its address sent.
    */
   admit(address: string, authorization: string | undefined, connection: object, scope: Scope): Admitted;
   /**
@@ -75,8 +75,6 @@ export interface Gate {
   rememberedKey(authorization: string | undefined, connection: object, scope: Scope): number | undefined;
   /** Counts a request by a key known to be active and holding the scope, and notes its use, as `admit` does. */
   admitKey(apiKeyId: number): Admitted;
-  /** True while `admit` may refuse an address before looking at its key. */
-  readonly blocksAddresses: boolean;
 }
 
 /** Whether two strings are equal, in time that depends on their length only. */
@@ -129,7 +127,7 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
     const now = clock.now();
     if (!key || expired(key, now)) {
       throw (
-        (await limits.noteRefusedKey(address)) ??
+        limits.noteRefusedKey(address) ??
         (key ? expiredKey(key) : refuse('The API key is not valid or has been revoked.', true))
       );
     }
@@ -143,7 +141,6 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
 
   return {
     admit(address, authorization, connection, scope) {
-      limits.refuseBlocked(address);
       const { token, hash } = credentialsOf(authorization, connection);
       const now = clock.now();
       const key = remembered(hash, now);
@@ -160,9 +157,6 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
       return key?.scopes.includes(scope) ? key.id : undefined;
     },
     admitKey,
-    get blocksAddresses() {
-      return limits.blocksAddresses;
-    },
   };
 }
 
@@ -200,7 +194,9 @@ export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler
       let admitted: Admitted;
       try {
         const held = (request.raw as Holding)[HELD];
-        admitted = held ? held() : gate.admit(request.ip, request.headers.authorization, request.raw.socket, scope);
+        admitted = held
+          ? held()
+          : gate.admit(clientAddress(request), request.headers.authorization, request.raw.socket, scope);
       } catch (error) {
         return done(error as Error);
       }

@@ -24,6 +24,8 @@ export function answerClientError(error: Error & { code?: string }, socket: Sock
   const apiError = errorFor(error.code);
   const body = JSON.stringify(apiError.toBody());
   if (!socket.writable) return void socket.destroy();
+  // Destroyed once the answer is flushed: after a mere end() the socket would wait, holding its
+  // slot, for a client that may never close its side.
   socket.end(
     `HTTP/1.1 ${apiError.status} ${STATUS_CODES[apiError.status]}\r\n` +
       'Content-Type: application/json; charset=utf-8\r\n' +
@@ -32,5 +34,6 @@ export function answerClientError(error: Error & { code?: string }, socket: Sock
       'X-Content-Type-Options: nosniff\r\n' +
       'Connection: close\r\n\r\n' +
       body,
+    () => socket.destroy(),
   );
 }

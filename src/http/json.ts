@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { parse } from 'lossless-json';
-import { ApiError } from '../errors.js';
+import { ApiError, echo } from '../errors.js';
 import { INT64_MAX, INT64_MIN } from '../schemas.js';
 
 const MAX_DEPTH = 32;
@@ -34,7 +34,7 @@ export function toInt64(text: string): bigint | undefined {
 const parseNumber = (text: string): bigint | number => toInt64(text) ?? Number(text);
 
 function rejectDuplicateKey({ key }: { key: string }): never {
-  throw new ApiError('invalid_request', `The request body names the field '${key}' twice; send each field once.`);
+  throw new ApiError('invalid_request', `The request body names the field '${echo(key)}' twice; send each field once.`);
 }
 
 /**
@@ -140,7 +140,9 @@ export function parseJsonBody(request: FastifyRequest, body: Buffer): unknown {
     if (error instanceof ApiError) throw error;
     // The recursive parser runs out of stack only on input nested thousands deep.
     if (error instanceof RangeError) throw tooDeep();
-    throw new ApiError('invalid_request', `The request body is not valid JSON: ${(error as Error).message}.`);
+    // The parser quotes what it read (a whole number, say): each quote is cut like any echo.
+    const problem = (error as Error).message.replace(/'([^']*)'/g, (_, quoted: string) => `'${echo(quoted)}'`);
+    throw new ApiError('invalid_request', `The request body is not valid JSON: ${problem}.`);
   }
   shape ??= inspect(text);
   if (shape.depth > MAX_DEPTH) throw tooDeep();

@@ -46,7 +46,8 @@ export function routeEveryRequest(server: Server): void {
     const response = new ServerResponse(request);
     response.shouldKeepAlive = false;
     response.assignSocket(socket);
-    response.on('finish', () => socket.end());
+    // The socket is no tunnel: closed, and destroyed once the answer is flushed.
+    response.on('finish', () => socket.destroySoon());
     server.emit('request', request, response);
   });
 }

@@ -1,7 +1,10 @@
+import { isIP } from 'node:net';
+import type { FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError } from '../errors.js';
 import type { Store } from '../store/store.js';
+import { CountMinSketch } from './sketch.js';
 
 /** The window `now` falls in, and the whole seconds left in it (at least 1). */
 function windowAt(now: number, windowMs: number): { start: number; end: number; secondsLeft: number } {
@@ -17,10 +20,22 @@ const tooManyRequests = (message: string, secondsLeft: number, headers: Record<s
   new ApiError('rate_limited', message, { ...headers, 'retry-after': String(secondsLeft) });
 
 /**
- * Per-API-key rate limit and per-address limit on refused keys, in fixed windows counted by
- * the store (shared by every instance on PostgreSQL). The fields are those of the IETF httpapi
+ * The address a request came from, for the per-address limit: the client a trusted proxy
+ * names in X-Forwarded-For when that is an IP address, else the peer's own address. A value
+ * that is not an address is never used (nor echoed in a message).
+ */
+export function clientAddress(request: FastifyRequest): string {
+  // A zone (fe80::1%eth0) names nothing beyond the proxy's own host, and may be any length.
+  if (isIP(request.ip) !== 0 && !request.ip.includes('%')) return request.ip;
+  return request.raw.socket.remoteAddress ?? 'an unknown address';
+}
+
+/**
+ * Per-API-key rate limit, in fixed windows counted by the store (shared by every instance on
+ * PostgreSQL), and per-address limit on refused keys, counted by each instance in fixed memory
+ * (a count-min sketch: see docs/hardening.md). The fields are those of the IETF httpapi
  * RateLimit header fields draft: `RateLimit-Policy: "default";q=6000;w=60` and
- * `RateLimit: "default";r=5999;t=42`.
+ * `RateLimit: "default";r=5999;t=42`; the refused-key limit is the policy `"refused-keys"`.
  */
 export class RateLimits {
   readonly #store: Store;
@@ -29,9 +44,10 @@ export class RateLimits {
   readonly #failureLimit: number | undefined;
   readonly #windowMs: number;
   readonly #policy: string;
-  /** Addresses refused until the end of the window, by this instance (unix ms). */
-  #blocked = new Map<string, number>();
-  #blockedWindow = 0;
+  readonly #refusedPolicy: string;
+  /** Refused keys by address in the current window, in this instance; none when the limit is off. */
+  readonly #refused: CountMinSketch | undefined;
+  #refusedWindow = -Infinity;
 
   constructor(store: Store, clock: Clock, config: Config) {
     this.#store = store;
@@ -40,6 +56,8 @@ export class RateLimits {
     this.#failureLimit = config.authFailureLimit;
     this.#windowMs = config.rateLimitWindowSeconds * 1000;
     this.#policy = `"default";q=${config.rateLimit};w=${config.rateLimitWindowSeconds}`;
+    this.#refusedPolicy = `"refused-keys";q=${config.authFailureLimit};w=${config.rateLimitWindowSeconds}`;
+    this.#refused = config.authFailureLimit === undefined ? undefined : new CountMinSketch();
   }
 
   /**
@@ -76,36 +94,27 @@ export class RateLimits {
     return fields;
   }
 
-  /** True while some address is refused for sending too many refused keys. */
-  get blocksAddresses(): boolean {
-    return this.#blocked.size > 0;
-  }
-
-  /** Throws 429 when `address` sent too many refused keys in this window. */
-  refuseBlocked(address: string): void {
-    const until = this.#blocked.get(address);
-    const now = this.#clock.now();
-    if (until !== undefined && until > now) throw this.#blockedError(address, Math.ceil((until - now) / 1000));
-  }
-
-  /** Counts a refused key from `address`; returns the 429 to answer instead of 401 past the limit. */
-  async noteRefusedKey(address: string): Promise<ApiError | undefined> {
-    if (this.#failureLimit === undefined) return undefined;
+  /**
+   * Counts a refused key from `address`; returns the 429 to answer instead of 401 once the
+   * address sent more than the limit in this window. It never refuses a valid key: it is
+   * asked only about keys already refused.
+   */
+  noteRefusedKey(address: string): ApiError | undefined {
+    const [limit, refused] = [this.#failureLimit, this.#refused];
+    if (limit === undefined || refused === undefined) return undefined;
     const window = windowAt(this.#clock.now(), this.#windowMs);
-    if (window.start !== this.#blockedWindow) {
-      this.#blocked = new Map();
-      this.#blockedWindow = window.start;
+    if (window.start > this.#refusedWindow) {
+      refused.clear();
+      this.#refusedWindow = window.start;
     }
-    const hits = await this.#countHit(`address:${address}`, window.start);
-    if (hits <= this.#failureLimit) return undefined;
-    this.#blocked.set(address, window.end);
-    return this.#blockedError(address, window.secondsLeft);
-  }
-
-  #blockedError(address: string, secondsLeft: number): ApiError {
+    if (refused.add(address) <= limit) return undefined;
     return tooManyRequests(
-      `Too many refused API keys came from ${address}; retry after ${secondsLeft} seconds with a valid key.`,
-      secondsLeft,
+      `Too many refused API keys came from ${address}; retry after ${window.secondsLeft} seconds, or send a valid key, which is served.`,
+      window.secondsLeft,
+      {
+        'ratelimit-policy': this.#refusedPolicy,
+        ratelimit: `"refused-keys";r=0;t=${window.secondsLeft}`,
+      },
     );
   }
 }

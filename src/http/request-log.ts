@@ -9,6 +9,7 @@ import {
   type FastifyServerOptions,
 } from 'fastify';
 import type { Config } from '../config.js';
+import { oneLine } from '../errors.js';
 import { operationOf } from './operation.js';
 
 // A caller's id is kept only when it is short visible ASCII: it lands in logs and a header.
@@ -61,7 +62,7 @@ export function logRequests(app: FastifyInstance): void {
     done();
   });
   app.addHook('onRequestAbort', (request, done) => {
-    const path = request.url.split('?', 1)[0];
+    const path = oneLine(request.url.split('?', 1)[0]!);
     request.log.info({ operation: operationOf(request), method: request.method, path }, 'request aborted by client');
     done();
   });
@@ -101,7 +102,8 @@ export function logAnswer(log: FastifyBaseLogger, reqId: string | undefined, ans
     ...(reqId !== undefined && { reqId }),
     operation: answer.operation,
     method: answer.method,
-    path: answer.url.split('?', 1)[0],
+    // JSON escapes only C0 controls; a log viewer prints C1 controls and separators raw.
+    path: oneLine(answer.url.split('?', 1)[0]!),
     status: answer.status,
     durationMs: Math.round(answer.seconds * 1e6) / 1000,
   };

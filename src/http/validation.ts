@@ -1,6 +1,6 @@
 import { Ajv, type ErrorObject, type SchemaObject } from 'ajv';
 import type { FastifySchema } from 'fastify';
-import { ApiError } from '../errors.js';
+import { ApiError, echo } from '../errors.js';
 import { INT64_MAX, INT64_MIN, sharedSchemas } from '../schemas.js';
 
 type Part = 'body' | 'querystring' | 'params' | 'headers';
@@ -53,7 +53,7 @@ function coerceStrings(data: Record<string, unknown>, schema: SchemaObject): Rec
   const properties = (schema.properties ?? {}) as Record<string, SchemaObject>;
   for (const [key, value] of Object.entries(data)) {
     if (Array.isArray(value)) {
-      throw new ApiError('invalid_request', `Query parameter '${key}' must be given at most once.`);
+      throw new ApiError('invalid_request', `Query parameter '${echo(key)}' must be given at most once.`);
     }
     const property = properties[key];
     if (typeof value === 'string' && property?.type === 'integer' && DIGITS.test(value)) {
@@ -78,7 +78,7 @@ function describe(error: ErrorObject, part: Part): string {
   if (error.keyword === 'required') return `${label} '${error.params.missingProperty}' is required.`;
   if (error.keyword === 'additionalProperties') {
     const allowed = Object.keys((error.parentSchema?.properties ?? {}) as object).join(', ');
-    return `${label} '${error.params.additionalProperty}' is not allowed; the allowed ones are ${allowed}.`;
+    return `${label} '${echo(String(error.params.additionalProperty))}' is not allowed; the allowed ones are ${allowed}.`;
   }
   const field = error.instancePath.split('/').slice(1).join('.');
   if (field === '') return part === 'body' ? 'The request body must be a JSON object.' : `The ${part} is invalid.`;

@@ -96,7 +96,7 @@ const OPERATION = 'listPets';
  * line. A URL is in the cache only after the route answered it 200 (so the request is valid),
  * and the answer depends on nothing else but the key. It returns false, having changed nothing,
  * whenever the route may answer differently: no cached page, no Host, an unremembered or
- * malformed key, a refused address; Fastify then answers. A key over its rate limit was
+ * malformed key; Fastify then answers. A key over its rate limit was
  * counted here, so Fastify gets that decision with the request instead of counting again.
  */
 export function answerCachedPages({ pages, gate, metrics, log, closing }: CachedPagesDeps) {
@@ -105,7 +105,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     if (request.method !== 'GET') return false;
     const url = request.url!;
     const page = pages.get(url);
-    if (page === undefined || request.headers.host === undefined || gate.blocksAddresses || closing()) return false;
+    if (page === undefined || request.headers.host === undefined || closing()) return false;
     const started = performance.now();
     const apiKeyId = gate.rememberedKey(request.headers.authorization, request.socket, 'pets:read');
     if (apiKeyId === undefined) return false;

@@ -16,6 +16,12 @@ interface Operation {
   responses: Map<string, Map<string, ValidateFunction> | undefined>;
 }
 
+const UNPRINTABLE =
+  // eslint-disable-next-line no-control-regex -- matching control characters is the point
+  /[\u0000-\u001f\u007f-\u009f\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+/** Longest message: a sentence, with at most a 64-character echo of the request in it. */
+const MESSAGE_LIMIT = 400;
+
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
@@ -133,6 +139,11 @@ export class DocumentChecker {
   check(method: string, url: string, response: WireResponse): string | undefined {
     const { status } = response;
     if (status >= 500) return `answered ${status}: ${response.body.slice(0, 300)}`;
+    // CONTRACT.md Limits: every 429, whichever limit sent it, names its wait and its policy.
+    if (status === 429) {
+      const missing = ['retry-after', 'ratelimit-policy', 'ratelimit'].filter((name) => !response.headers[name]);
+      if (missing.length > 0) return `a 429 without ${missing.join(', ')}`;
+    }
     const operation = this.operationFor(method, url);
     let schemas: Map<string, ValidateFunction> | undefined;
     if (operation) {
@@ -174,6 +185,11 @@ export class DocumentChecker {
       const { code, status } = body as { code: string; status: number };
       if (status !== response.status || this.catalogue.get(code) !== status) {
         return `Error body ${code}/${status} on a ${response.status} answer (catalogue: ${code} is ${this.catalogue.get(code)})`;
+      }
+      // CONTRACT.md Errors: one line, no control character or lone surrogate, however sent.
+      const { message } = body as { message: string };
+      if (UNPRINTABLE.test(message) || message.length > MESSAGE_LIMIT) {
+        return `the Error message is not one short printable line: ${JSON.stringify(message.slice(0, 300))}`;
       }
     }
     return undefined;

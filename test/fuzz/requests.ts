@@ -298,6 +298,9 @@ const badValue = fc.oneof(
   fc.jsonValue({ maxDepth: 2 }).map((value) => JSON.stringify(value) ?? 'null'),
 );
 
+/** Field names a message must not echo as they are: control characters, a lone surrogate, 2,000 characters. */
+const oddNames = ['"\\u001b[31mred\\n"', '"\\u0085\\u2028"', '"\\ud800"', JSON.stringify('f'.repeat(2000))];
+
 /** One step away from valid: a field dropped, added, repeated or given a wrong value. */
 const nearlyValidMembers = fc
   .tuple(validMembers, fc.nat(), fc.constantFrom('drop', 'add', 'repeat', 'replace'), badValue, urlSafe)
@@ -308,7 +311,8 @@ const nearlyValidMembers = fc
     if (how === 'replace') copy[i] = [copy[i]![0], value];
     if (how === 'repeat') copy.push(copy[i]!);
     if (how === 'add') {
-      const name = ['"id"', '"__proto__"', '"constructor"', '"Name"', JSON.stringify(field)][at % 5]!;
+      const names = ['"id"', '"__proto__"', '"constructor"', '"Name"', JSON.stringify(field), ...oddNames];
+      const name = names[at % names.length]!;
       copy.push([name, value]);
     }
     return copy;
@@ -340,7 +344,10 @@ const hostileText = fc.oneof(
 
 const utf8 = (text: string) => new Uint8Array(Buffer.from(text, 'utf8'));
 
-/** A body: valid, nearly valid or hostile JSON text, or raw bytes (invalid UTF-8 among them). */
+/** Characters no error message may carry raw: C0 and C1 controls, DEL, a line separator. */
+const controlChar = fc.constantFrom('\n', '\r', '\u001b', '\u0000', '\u007f', '\u0085', '\u009b', '\u2028');
+
+/** A body: valid, nearly valid or hostile JSON text, or raw bytes (invalid UTF-8 among them), or text with a raw control character. */
 export const body = fc.oneof(
   { weight: 6, arbitrary: objectText.map(utf8) },
   { weight: 3, arbitrary: hostileText.map(utf8) },
@@ -351,6 +358,13 @@ export const body = fc.oneof(
       const bytes = [...utf8(text)];
       bytes.splice(at % (bytes.length + 1), 0, byte);
       return new Uint8Array(bytes);
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(objectText, fc.nat(), controlChar).map(([text, at, c]) => {
+      const i = at % (text.length + 1);
+      return utf8(text.slice(0, i) + c + text.slice(i));
     }),
   },
 );

@@ -181,14 +181,14 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: the API key made too many requests in this window, or too many refused keys came from this address. */
+            /** @description rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served). */
             429: {
                 headers: {
                     /** @description Seconds until requests are admitted again. */
                     "Retry-After"?: string;
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>` (absent when rate limits are off). */
+                    /** @description The policy that refused the request: the API key's `"default";q=<requests>;w=<seconds>`, or the address's `"refused-keys";q=<refused keys>;w=<seconds>`. */
                     "RateLimit-Policy"?: string;
-                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    /** @description What is left of it: `"<policy>";r=0;t=<seconds until the window ends>`. */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -341,14 +341,14 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: the API key made too many requests in this window, or too many refused keys came from this address. */
+            /** @description rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served). */
             429: {
                 headers: {
                     /** @description Seconds until requests are admitted again. */
                     "Retry-After"?: string;
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>` (absent when rate limits are off). */
+                    /** @description The policy that refused the request: the API key's `"default";q=<requests>;w=<seconds>`, or the address's `"refused-keys";q=<refused keys>;w=<seconds>`. */
                     "RateLimit-Policy"?: string;
-                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    /** @description What is left of it: `"<policy>";r=0;t=<seconds until the window ends>`. */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -495,14 +495,14 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: the API key made too many requests in this window, or too many refused keys came from this address. */
+            /** @description rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served). */
             429: {
                 headers: {
                     /** @description Seconds until requests are admitted again. */
                     "Retry-After"?: string;
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>` (absent when rate limits are off). */
+                    /** @description The policy that refused the request: the API key's `"default";q=<requests>;w=<seconds>`, or the address's `"refused-keys";q=<refused keys>;w=<seconds>`. */
                     "RateLimit-Policy"?: string;
-                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    /** @description What is left of it: `"<policy>";r=0;t=<seconds until the window ends>`. */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
