@@ -1,11 +1,16 @@
 #!/usr/bin/env node
+import './runtime.js';
 import './heap.js';
+import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';
 import { createKeyCommand, listKeysCommand, revokeKeyCommand, type Output } from './keys/cli.js';
-import { reportMigration, serve } from './server.js';
-import { openStore } from './store/open.js';
+import { describeDatabase, openMigratedStore, serve, StartupError } from './server.js';
 import type { Store } from './store/store.js';
+
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+  version: string;
+};
 
 const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
 
@@ -23,6 +28,7 @@ Commands:
 
 Options:
   -h, --help                     Show this help, or a command's: petstore keys create --help.
+  --version                      Show the version of petstore and of Node.js running it.
 
 Settings (environment variables):
 ${describeSettings()}
@@ -109,15 +115,37 @@ class UsageError extends Error {
   }
 }
 
-const io: Output = {
-  out: (line) => process.stdout.write(line + '\n'),
-  err: (line) => process.stderr.write(line + '\n'),
+// A reader that goes away (`petstore keys list | head -1`) is not an error: what is left to
+// write to it is dropped, and the command finishes as it would have.
+const closed = new Set<NodeJS.WriteStream>();
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+    closed.add(stream);
+  });
+}
+const write = (stream: NodeJS.WriteStream, line: string) => {
+  if (!closed.has(stream)) stream.write(line + '\n');
 };
 
-async function withStore<T>(config: Config, run: (store: Store) => Promise<T>): Promise<T> {
-  const store = await openStore(config);
+const io: Output = {
+  out: (line) => write(process.stdout, line),
+  err: (line) => write(process.stderr, line),
+};
+
+/**
+ * Runs a keys command on the configured database, saying on standard error which one: run from
+ * another folder, the default PETSTORE_DB names another file. Only `keys create` may create it.
+ */
+async function withStore<T>(config: Config, mayCreate: boolean, run: (store: Store) => Promise<T>): Promise<T> {
+  const database = describeDatabase(config);
+  const missing = !config.databaseUrl && config.sqlitePath !== ':memory:' && !existsSync(config.sqlitePath);
+  if (missing && !mayCreate) {
+    throw new ConfigError(`${database} does not exist; set PETSTORE_DB to the service's database file`);
+  }
+  io.err(missing ? `Created ${database}, which did not exist.` : `Using ${database}.`);
+  const { store } = await openMigratedStore(config);
   try {
-    await store.migrate(reportMigration);
     return await run(store);
   } finally {
     await store.close();
@@ -143,13 +171,22 @@ export async function main(argv: string[]): Promise<number> {
       args: argv,
       allowPositionals: true,
       strict: true,
-      options: { name: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+      options: {
+        name: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+        version: { type: 'boolean' },
+      },
     });
   } catch (error) {
     const words = argv.filter((arg) => !arg.startsWith('-'));
     throw new UsageError((error as Error).message, askedHelp(words, true));
   }
   const { positionals, values } = parsed;
+  if (values.version && positionals.length === 0) {
+    io.out(`petstore ${version} (Node.js ${process.versions.node})`);
+    return 0;
+  }
   const help = askedHelp(positionals, values.help ?? false);
   if (help) {
     io.out(help);
@@ -164,8 +201,9 @@ export async function main(argv: string[]): Promise<number> {
     return -1;
   }
   if (command === 'migrate' && sub === undefined) {
-    const store = await openStore(config);
-    const applied = await store.migrate(reportMigration).finally(() => store.close());
+    io.err(`Using ${describeDatabase(config)}.`);
+    const { store, applied } = await openMigratedStore(config);
+    await store.close();
     io.err(
       applied.length
         ? `Applied ${applied.length} migration${applied.length > 1 ? 's' : ''}; the database is up to date.`
@@ -178,17 +216,17 @@ export async function main(argv: string[]): Promise<number> {
     if (!name || name.length > 100) {
       throw new UsageError('keys create needs --name with 1 to 100 characters', commandHelp['keys create']);
     }
-    await withStore(config, (store) => createKeyCommand(store, name, json, io));
+    await withStore(config, true, (store) => createKeyCommand(store, name, json, io));
     return 0;
   }
   if (command === 'keys' && sub === 'list' && rest.length === 0) {
-    await withStore(config, (store) => listKeysCommand(store, json, io));
+    await withStore(config, false, (store) => listKeysCommand(store, json, io));
     return 0;
   }
   if (command === 'keys' && sub === 'revoke' && rest.length === 1) {
     if (!/^[1-9][0-9]{0,8}$/.test(rest[0]!))
       throw new UsageError('keys revoke needs the numeric id shown by keys list', commandHelp['keys revoke']);
-    const revoked = await withStore(config, (store) => revokeKeyCommand(store, Number(rest[0]), io));
+    const revoked = await withStore(config, false, (store) => revokeKeyCommand(store, Number(rest[0]), io));
     return revoked ? 0 : 1;
   }
   const nearest = askedHelp(positionals, true);
@@ -203,6 +241,9 @@ main(process.argv.slice(2)).then(
     if (error instanceof UsageError) {
       io.err(`petstore: ${error.message}\n\n${error.help}`);
       process.exitCode = 2;
+    } else if (error instanceof StartupError) {
+      io.err(`petstore: ${error.message}`);
+      process.exitCode = 1;
     } else if (error instanceof ConfigError) {
       io.err(`petstore: ${error.message}`);
       process.exitCode = 2;
