@@ -125,7 +125,10 @@ test('migrate applies the migrations once, one line on standard error for each a
     /^Using the SQLite database \/.+ \(PETSTORE_DB\)\.\nApplied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 2 migrations; the database is up to date\.\n$/,
   );
   const second = await runCli(['migrate'], env);
-  assert.equal(second.stderr, `Using the SQLite database ${env.PETSTORE_DB} (PETSTORE_DB).\nThe database is up to date.\n`);
+  assert.equal(
+    second.stderr,
+    `Using the SQLite database ${env.PETSTORE_DB} (PETSTORE_DB).\nThe database is up to date.\n`,
+  );
 });
 
 test('first start with no key prints one that works; the next start prints none', async (t) => {

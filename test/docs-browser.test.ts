@@ -47,6 +47,10 @@ test(
     const page = await context.newPage();
     const failures: string[] = [];
     page.on('pageerror', (error) => failures.push(error.message));
+    // A Content-Security-Policy violation shows as a console error.
+    page.on('console', (message) => {
+      if (message.type() === 'error') failures.push(message.text());
+    });
 
     const loaded = await page.goto(`${base}/docs`, { waitUntil: 'networkidle' });
     assert.equal(loaded?.status(), 200);
@@ -87,6 +91,24 @@ test(
     assert.match(String(body), new RegExp(`"name": "Docs Dog 7"`));
     assert.match(String(body), new RegExp(`"id": ${pet.id}`));
 
+    // The page says that it rounds integers past 2^53 (Swagger UI parses with JSON.parse).
+    assert.match(
+      String(await page.locator('#int64-note').textContent()),
+      /9223372036854775807 shows as 9223372036854776000/,
+    );
+    // The key lives in the page only: nothing in storage, and a reload forgets it.
+    const stored = await page.evaluate(
+      () => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }),
+    );
+    assert.ok(!stored.includes(app.key), `the key is not stored: ${stored}`);
+    assert.ok(!stored.includes(app.key.slice(4, 20)), 'no part of the key is stored');
+    assert.equal(await page.locator('.auth-wrapper .authorize.locked').count(), 1, 'authorized before a reload');
+    await page.reload({ waitUntil: 'networkidle' });
+    await page.locator('.auth-wrapper .authorize').waitFor();
+    assert.equal(await page.locator('.auth-wrapper .authorize.locked').count(), 0, 'not authorized after a reload');
+
+    if (process.env.PETSTORE_DOCS_SCREENSHOT)
+      await page.screenshot({ path: process.env.PETSTORE_DOCS_SCREENSHOT, fullPage: false });
     assert.deepEqual(leaving, [], 'no request left the machine');
     assert.deepEqual(failures, [], 'the page raised no error');
   },
