@@ -5,7 +5,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { unsupportedRuntime } from '../src/runtime.js';
+import { OLDEST_NODE, unsupportedRuntime } from '../src/runtime.js';
 import { childEnv, runCli } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
 
@@ -228,4 +228,18 @@ test('SIGTERM to the npm start process stops the server it started, which exits 
   assert.equal(alive(), false, `the server (pid ${pid}) still runs`);
   await assert.rejects(fetch(`${serving[1]}/healthz`));
   assert.match(output, /"msg":"draining"/);
+});
+
+test('package.json, .nvmrc and the runtime check name the same Node.js lines', () => {
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
+    engines: { node: string };
+    dependencies: Record<string, string>;
+  };
+  assert.equal(pkg.engines.node, `>=${OLDEST_NODE}`);
+  // npm start and npm test run on the Node.js that npm ci installs from the `node` package.
+  assert.equal(readFileSync(join(ROOT, '.nvmrc'), 'utf8').trim(), pkg.dependencies.node);
+  assert.ok(Number(pkg.dependencies.node!.split('.')[0]) >= OLDEST_NODE);
+  const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> })
+    .scripts;
+  assert.equal(scripts.prepare, undefined, 'a production install (npm ci --omit=dev) runs no build');
 });
