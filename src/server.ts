@@ -34,7 +34,7 @@ export function describeDatabase(config: Config): string {
 function reasonOf(error: unknown): string {
   const { message, code, errors } = error as Error & { code?: string; errors?: Error[] };
   const text = message || errors?.map((inner) => inner.message).join('; ') || code || String(error);
-  return text.split('\n')[0]!;
+  return text.split('\n')[0]!.replace(/^[A-Z](?=[a-z])/, (first) => first.toLowerCase());
 }
 
 /**
