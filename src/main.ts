@@ -14,7 +14,7 @@ const { version } = JSON.parse(readFileSync(new URL('../package.json', import.me
 
 const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
 
-const exitCodes = `Exit status: 0 done, 1 failed, 2 bad command line or setting.`;
+const exitCodes = `Exit status: 0 done, 1 failed, 2 bad command line, setting or Node.js version.`;
 
 const usage = `Usage: petstore <command> [options]
 
@@ -134,17 +134,23 @@ const io: Output = {
 };
 
 /**
- * Runs a keys command on the configured database, saying on standard error which one: run from
- * another folder, the default PETSTORE_DB names another file. Only `keys create` may create it.
+ * Opens and migrates the configured database, first saying on standard error which one it is:
+ * run from another folder, the default PETSTORE_DB names another file. A SQLite file that does
+ * not exist is created only when `mayCreate`, and the note says so.
  */
-async function withStore<T>(config: Config, mayCreate: boolean, run: (store: Store) => Promise<T>): Promise<T> {
+async function openNamedStore(config: Config, mayCreate: boolean) {
   const database = describeDatabase(config);
   const missing = !config.databaseUrl && config.sqlitePath !== ':memory:' && !existsSync(config.sqlitePath);
   if (missing && !mayCreate) {
     throw new ConfigError(`${database} does not exist; set PETSTORE_DB to the service's database file`);
   }
   io.err(missing ? `Created ${database}, which did not exist.` : `Using ${database}.`);
-  const { store } = await openMigratedStore(config);
+  return openMigratedStore(config);
+}
+
+/** Runs a keys command on the configured database; only `keys create` may create it. */
+async function withStore<T>(config: Config, mayCreate: boolean, run: (store: Store) => Promise<T>): Promise<T> {
+  const { store } = await openNamedStore(config, mayCreate);
   try {
     return await run(store);
   } finally {
@@ -201,8 +207,7 @@ export async function main(argv: string[]): Promise<number> {
     return -1;
   }
   if (command === 'migrate' && sub === undefined) {
-    io.err(`Using ${describeDatabase(config)}.`);
-    const { store, applied } = await openMigratedStore(config);
+    const { store, applied } = await openNamedStore(config, true);
     await store.close();
     io.err(
       applied.length

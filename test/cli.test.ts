@@ -122,7 +122,7 @@ test('migrate applies the migrations once, one line on standard error for each a
   assert.equal(first.stdout, '');
   assert.match(
     first.stderr,
-    /^Using the SQLite database \/.+ \(PETSTORE_DB\)\.\nApplied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 2 migrations; the database is up to date\.\n$/,
+    /^Created the SQLite database \/.+ \(PETSTORE_DB\), which did not exist\.\nApplied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 2 migrations; the database is up to date\.\n$/,
   );
   const second = await runCli(['migrate'], env);
   assert.equal(
