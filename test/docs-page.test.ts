@@ -38,10 +38,13 @@ test('the OpenAPI document is served once, at /v1/openapi.json: /docs has no cop
   }
 });
 
-test('/docs says on the page that it shows integers past 2^53 rounded', async (t) => {
+test('/docs carries a note for browsers that would show integers past 2^53 rounded', async (t) => {
   const { app } = await startApp(t);
   const page = await app.inject({ url: '/docs' });
-  assert.match(page.body, /Big integers are rounded on this page/);
+  assert.match(page.body, /This browser shows big integers rounded on this page/);
+  const init = await app.inject({ url: '/docs/static/init.js' });
+  assert.match(init.body, /JSON\.rawJSON\(context\.source\)/);
+  assert.match(init.body, /getElementById\('int64-note'\)\.hidden = true/);
   assert.match(page.body, /9223372036854775807 shows as 9223372036854776000/);
 });
 

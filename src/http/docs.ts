@@ -32,8 +32,7 @@ const assets: Record<string, { file: string; type: string }> = {
   'favicon-32x32.png': { file: join(uiFiles, 'favicon-32x32.png'), type: 'image/png' },
 };
 
-// Swagger UI reads JSON with JSON.parse, which rounds integers past 2^53: said on the page,
-// where a reader sees the rounded figures.
+// The note on rounding shows where the browser cannot keep big integers exact (init.js below).
 const page = `<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -44,10 +43,11 @@ const page = `<!DOCTYPE html>
 <link rel="icon" type="image/png" href="/docs/static/favicon-32x32.png">
 </head>
 <body>
-<p id="int64-note"><strong>Big integers are rounded on this page.</strong> Swagger UI reads JSON with
-JavaScript's <code>JSON.parse</code>, so integers beyond 2<sup>53</sup> (9007199254740991) show rounded
-here, in schemas and in responses alike: 9223372036854775807 shows as 9223372036854776000. The service
-stores and sends every digit of an int64: see them with <code>curl</code> or the typed client.</p>
+<p id="int64-note"><strong>This browser shows big integers rounded on this page.</strong> Swagger UI reads
+JSON with JavaScript's <code>JSON.parse</code>, and this browser lacks <code>JSON.rawJSON</code>, which
+the page uses to keep their digits: integers beyond 2<sup>53</sup> (9007199254740991) show rounded
+here, in schemas and in responses alike, so 9223372036854775807 shows as 9223372036854776000. The
+service stores and sends every digit of an int64: see them with <code>curl</code> or the typed client.</p>
 <div id="swagger-ui"></div>
 <script src="/docs/static/swagger-ui-bundle.js"></script>
 <script src="/docs/static/init.js"></script>
@@ -55,8 +55,26 @@ stores and sends every digit of an int64: see them with <code>curl</code> or the
 </html>
 `;
 
-// persistAuthorization stays off: the key typed into Authorize lives in the page, never in storage.
-const init = `window.ui = SwaggerUIBundle({
+// Swagger UI reads JSON with JSON.parse, which rounds integers past 2^53. Where the browser
+// offers the parser's source text and JSON.rawJSON, such integers are kept as their digits,
+// which JSON.stringify writes back unchanged, so the page shows and sends them exactly; the
+// note on rounding is then taken off the page. persistAuthorization stays off: the key typed
+// into Authorize lives in the page, never in the browser's storage.
+const init = `(function () {
+  var parse = JSON.parse;
+  if (typeof JSON.rawJSON === 'function' && parse('1', function (k, v, context) { return context && context.source; }) === '1') {
+    JSON.parse = function (text, reviver) {
+      return parse(text, function (key, value, context) {
+        if (typeof value === 'number' && !Number.isSafeInteger(value) && context && /^-?[0-9]+$/.test(context.source)) {
+          value = JSON.rawJSON(context.source);
+        }
+        return reviver ? reviver.call(this, key, value, context) : value;
+      });
+    };
+    document.getElementById('int64-note').hidden = true;
+  }
+})();
+window.ui = SwaggerUIBundle({
   url: '/v1/openapi.json',
   dom_id: '#swagger-ui',
   deepLinking: true,
