@@ -121,7 +121,7 @@ function table(rows: { label: string; figures: Figures }[]): string[] {
   ];
 }
 
-/** Writes bench/results/latest.md and chart.svg, and the summary into README.md; returns the files written. */
+/** Writes bench/results/latest.md and chart.svg, and the summary into docs/benchmark.md; returns the files written. */
 export function writeReport(measured: Measured[], info: RunInfo): string[] {
   const bare = measured.find((m) => m.store === 'bare')!;
   const bareRps = median(bare.samples.map((s) => s.rps));
@@ -229,7 +229,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
   writeFileSync(`${dir}latest.md`, lines.join('\n'));
   writeFileSync(`${dir}chart.svg`, drawChart(measured, bareRps));
 
-  const readmePath = `${ROOT}README.md`;
+  const readmePath = `${ROOT}docs/benchmark.md`;
   const readme = readFileSync(readmePath, 'utf8');
   const start = readme.indexOf(SUMMARY_START);
   const end = readme.indexOf(SUMMARY_END);

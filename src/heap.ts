@@ -4,7 +4,7 @@ import { setFlagsFromString } from 'node:v8';
 // Memory settings of the service's process, measured with `npm run bench` (bench/README.md).
 // Imported first by main.ts, before anything allocates much. V8's memory reducer is set up with
 // the heap, before any of this runs: `--no-memory-reducer` is on node's command line instead
-// (package.json's start and petstore scripts; README.md "The command line").
+// (package.json's start and petstore scripts; docs/configuration.md "The command line").
 
 // Under load V8 doubles its young generation step by step up to 3 × 16 MB, which alone takes
 // peak RSS past 100 MB; kept at its starting size, the benchmark shows the same throughput

@@ -1,15 +1,20 @@
 #!/usr/bin/env node
+import './runtime.js';
 import './heap.js';
+import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';
 import { keysHelp, runKeysCommand, type Output } from './keys/cli.js';
-import { reportMigration, serve } from './server.js';
-import { openStore } from './store/open.js';
+import { describeDatabase, openMigratedStore, serve, StartupError } from './server.js';
 import type { Store } from './store/store.js';
+
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+  version: string;
+};
 
 const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
 
-const exitCodes = `Exit status: 0 done, 1 failed, 2 bad command line or setting.`;
+const exitCodes = `Exit status: 0 done, 1 failed, 2 bad command line, setting or Node.js version.`;
 
 const usage = `Usage: petstore <command> [options]
 
@@ -26,6 +31,7 @@ Commands:
 
 Options:
   -h, --help                     Show this help, or a command's: petstore keys create --help.
+  --version                      Show the version of petstore and of Node.js running it.
 
 Settings (environment variables):
 ${describeSettings()}
@@ -66,15 +72,43 @@ class UsageError extends Error {
   }
 }
 
-const io: Output = {
-  out: (line) => process.stdout.write(line + '\n'),
-  err: (line) => process.stderr.write(line + '\n'),
+// A reader that goes away (`petstore keys list | head -1`) is not an error: what is left to
+// write to it is dropped, and the command finishes as it would have.
+const closed = new Set<NodeJS.WriteStream>();
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+    closed.add(stream);
+  });
+}
+const write = (stream: NodeJS.WriteStream, line: string) => {
+  if (!closed.has(stream)) stream.write(line + '\n');
 };
 
-async function withStore<T>(config: Config, run: (store: Store) => Promise<T>): Promise<T> {
-  const store = await openStore(config);
+const io: Output = {
+  out: (line) => write(process.stdout, line),
+  err: (line) => write(process.stderr, line),
+};
+
+/**
+ * Opens and migrates the configured database, first saying on standard error which one it is:
+ * run from another folder, the default PETSTORE_DB names another file. A SQLite file that does
+ * not exist is created only when `mayCreate`, and the note says so.
+ */
+async function openNamedStore(config: Config, mayCreate: boolean) {
+  const database = describeDatabase(config);
+  const missing = !config.databaseUrl && config.sqlitePath !== ':memory:' && !existsSync(config.sqlitePath);
+  if (missing && !mayCreate) {
+    throw new ConfigError(`${database} does not exist; set PETSTORE_DB to the service's database file`);
+  }
+  io.err(missing ? `Created ${database}, which did not exist.` : `Using ${database}.`);
+  return openMigratedStore(config);
+}
+
+/** Runs a keys command on the configured database; only `keys create` may create it. */
+async function withStore<T>(config: Config, mayCreate: boolean, run: (store: Store) => Promise<T>): Promise<T> {
+  const { store } = await openNamedStore(config, mayCreate);
   try {
-    await store.migrate(reportMigration);
     return await run(store);
   } finally {
     await store.close();
@@ -95,20 +129,32 @@ function askedHelp(positionals: string[], help: boolean): string | undefined {
 /** Runs the command line; resolves to the process exit code (serve keeps running). */
 export async function main(argv: string[]): Promise<number> {
   if (argv[0] === 'keys')
-    return runKeysCommand(argv.slice(1), { io, withStore: (run) => withStore(loadConfig(), run) });
+    return runKeysCommand(argv.slice(1), {
+      io,
+      withStore: (run, mayCreate = false) => withStore(loadConfig(), mayCreate, run),
+    });
   let parsed;
   try {
     parsed = parseArgs({
       args: argv,
       allowPositionals: true,
       strict: true,
-      options: { name: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+      options: {
+        name: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+        version: { type: 'boolean' },
+      },
     });
   } catch (error) {
     const words = argv.filter((arg) => !arg.startsWith('-'));
     throw new UsageError((error as Error).message, askedHelp(words, true));
   }
   const { positionals, values } = parsed;
+  if (values.version && positionals.length === 0) {
+    io.out(`petstore ${version} (Node.js ${process.versions.node})`);
+    return 0;
+  }
   const help = askedHelp(positionals, values.help ?? false);
   if (help) {
     io.out(help);
@@ -122,8 +168,8 @@ export async function main(argv: string[]): Promise<number> {
     return -1;
   }
   if (command === 'migrate' && sub === undefined) {
-    const store = await openStore(config);
-    const applied = await store.migrate(reportMigration).finally(() => store.close());
+    const { store, applied } = await openNamedStore(config, true);
+    await store.close();
     io.err(
       applied.length
         ? `Applied ${applied.length} migration${applied.length > 1 ? 's' : ''}; the database is up to date.`
@@ -143,6 +189,9 @@ main(process.argv.slice(2)).then(
     if (error instanceof UsageError) {
       io.err(`petstore: ${error.message}\n\n${error.help}`);
       process.exitCode = 2;
+    } else if (error instanceof StartupError) {
+      io.err(`petstore: ${error.message}`);
+      process.exitCode = 1;
     } else if (error instanceof ConfigError) {
       io.err(`petstore: ${error.message}`);
       process.exitCode = 2;

@@ -4,7 +4,7 @@ import { Type, type Static } from '@sinclair/typebox';
  * int64 as the contract means it: the full range, exact. On the wire it is a JSON number;
  * in the service it is a `bigint`, so nothing past 2^53 is rounded.
  */
-export const Int64 = (options: { description: string; minimum?: 1 }) =>
+export const Int64 = (options: { description: string; minimum?: 1; examples?: number[] }) =>
   Type.Unsafe<bigint>({ type: 'integer', format: 'int64', ...options });
 
 export const INT64_MIN = -(2n ** 63n);
@@ -24,11 +24,13 @@ const name = Type.String({
   minLength: 1,
   maxLength: 255,
   pattern: '^(?!\\p{White_Space}*$)[^\\p{Cc}\\p{Cs}]*$',
+  examples: ['Rex'],
   description:
     'name must be a string of 1 to 255 Unicode characters that is not only white space and holds no control character or lone surrogate; it is kept exactly as sent.',
 });
 
 const categoryId = Int64({
+  examples: [7],
   description:
     'categoryId must be an integer from -9223372036854775808 to 9223372036854775807 (int64); it comes back digit for digit.',
 });
@@ -51,6 +53,7 @@ export const Pet = Type.Object(
   {
     id: Int64({
       minimum: 1,
+      examples: [42],
       description: 'Assigned by the service: positive, never reused, increasing in creation order.',
     }),
     name,
@@ -88,10 +91,14 @@ export const ErrorBody = Type.Object(
     code: Type.Unsafe<ErrorCode>({
       type: 'string',
       enum: Object.keys(errorCodes),
+      examples: ['invalid_request'],
       description: 'Stable snake_case word; see the table in the API description.',
     }),
-    message: Type.String({ description: 'One sentence a person can act on, naming what is at fault.' }),
-    status: Type.Integer({ description: 'The HTTP status code of the response.' }),
+    message: Type.String({
+      examples: ['limit must be an integer from 1 to 100, written in decimal digits with no sign and no leading zero.'],
+      description: 'One sentence a person can act on, naming what is at fault.',
+    }),
+    status: Type.Integer({ examples: [400], description: 'The HTTP status code of the response.' }),
   },
   { $id: 'Error', additionalProperties: false },
 );
@@ -122,6 +129,7 @@ export type ListPetsQuery = { limit: number; status?: PetStatus; cursor?: string
 export const GetPetParams = Type.Object({
   petId: Int64({
     minimum: 1,
+    examples: [42],
     description: 'petId is the id of an animal, a positive int64 written in decimal digits.',
   }),
 });
@@ -136,6 +144,7 @@ export const CreatePetHeaders = Type.Object({
       maxLength: 257,
       // Visible ASCII only: the bare key and the quoted sf-string are both written in it.
       pattern: '^[!-~]+$',
+      examples: ['8e03978e-40d5-43e8-bc93-6894a57f9324'],
       description:
         'Idempotency-Key must be 1 to 255 visible ASCII characters, bare (abc-123) or as a quoted string ("abc-123"); retries of one request send the same key.',
     }),

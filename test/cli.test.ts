@@ -131,10 +131,13 @@ test('migrate applies the migrations once, one line on standard error for each a
   assert.equal(first.stdout, '');
   assert.match(
     first.stderr,
-    /^Applied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 003_key_scopes_and_expiry \([0-9]+ ms\)\.\nApplied 004_pet_counts \([0-9]+ ms\)\.\nApplied 4 migrations; the database is up to date\.\n$/,
+    /^Created the SQLite database \/.+ \(PETSTORE_DB\), which did not exist\.\nApplied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\nApplied 003_key_scopes_and_expiry \([0-9]+ ms\)\.\nApplied 004_pet_counts \([0-9]+ ms\)\.\nApplied 4 migrations; the database is up to date\.\n$/,
   );
   const second = await runCli(['migrate'], env);
-  assert.equal(second.stderr, 'The database is up to date.\n');
+  assert.equal(
+    second.stderr,
+    `Using the SQLite database ${env.PETSTORE_DB} (PETSTORE_DB).\nThe database is up to date.\n`,
+  );
 });
 
 test('first start with no key prints one that works; the next start prints none', async (t) => {

@@ -65,7 +65,7 @@ test('returns 404 with the deprecation headers when petId is not a positive int6
       assertError(response, 404, 'not_found');
       assertDeprecated(response);
     } catch (error) {
-      throw new Error(`petId ${id}: ${(error as Error).message}`);
+      throw new Error(`petId ${id}: ${(error as Error).message}`, { cause: error });
     }
   }
 });

@@ -150,7 +150,7 @@ test('returns 400 naming limit for every invalid limit', async (t) => {
     try {
       assertError(response, 400, 'invalid_request', 'limit');
     } catch (error) {
-      throw new Error(`limit=${limit}: ${(error as Error).message}`);
+      throw new Error(`limit=${limit}: ${(error as Error).message}`, { cause: error });
     }
   }
   assertError(await app.call({ method: 'GET', url: '/v1/pets?limit' }), 400, 'invalid_request', 'limit');
@@ -355,7 +355,7 @@ test('returns 400 naming cursor for a cursor the service could not have issued',
     try {
       assertError(response, 400, 'invalid_request', 'cursor');
     } catch (error) {
-      throw new Error(`cursor=${cursor}: ${(error as Error).message}`);
+      throw new Error(`cursor=${cursor}: ${(error as Error).message}`, { cause: error });
     }
   }
 });

@@ -9,7 +9,7 @@ async function assertRejected(app: TestApp, bodies: (string | Buffer)[], field: 
     try {
       assertError(response, 400, 'invalid_request', field);
     } catch (error) {
-      throw new Error(`body ${JSON.stringify(String(body))}: ${(error as Error).message}`);
+      throw new Error(`body ${JSON.stringify(String(body))}: ${(error as Error).message}`, { cause: error });
     }
   }
   const list = await app.call({ method: 'GET', url: '/v1/pets' });

@@ -1,40 +1,111 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
 import { test } from 'node:test';
 import { settings } from '../src/config.js';
 import { errorCodes } from '../src/schemas.js';
 
-const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-// Table rows as trimmed cells, whatever the column alignment.
-const rows = readme
-  .split('\n')
-  .filter((line) => line.startsWith('|'))
-  .map((line) =>
-    line
-      .split('|')
-      .slice(1, -1)
-      .map((cell) => cell.trim()),
-  );
+const ROOT = new URL('..', import.meta.url).pathname;
+const read = (path: string) => readFileSync(join(ROOT, path), 'utf8');
+const pages = ['README.md', ...readdirSync(join(ROOT, 'docs')).map((name) => `docs/${name}`)].filter((path) =>
+  path.endsWith('.md'),
+);
 
-test('the README shows the two commands a newcomer runs', () => {
+/** Table rows of a page as trimmed cells, whatever the column alignment. */
+function rowsOf(path: string): string[][] {
+  return read(path)
+    .split('\n')
+    .filter((line) => line.startsWith('|'))
+    .map((line) =>
+      line
+        .split('|')
+        .slice(1, -1)
+        .map((cell) => cell.trim()),
+    );
+}
+
+/** The page's text outside fenced code blocks, where a link is not a link. */
+function proseOf(text: string): string {
+  return text.replace(/^```[^\n]*\n[\s\S]*?^```$/gm, '');
+}
+
+/** GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens. */
+function anchorOf(heading: string): string {
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/`/g, '')
+    .replace(/[^\p{L}\p{N} _-]/gu, '')
+    .replace(/ /g, '-');
+}
+
+function anchorsOf(path: string): Set<string> {
+  const headings = proseOf(read(path))
+    .split('\n')
+    .filter((line) => /^#{1,6} /.test(line))
+    .map((line) => anchorOf(line.replace(/^#+ /, '')));
+  return new Set(headings);
+}
+
+test('the README shows the two commands a newcomer runs, and stays a short page', () => {
+  const readme = read('README.md');
   assert.ok(readme.includes('npm ci && npm start'));
   assert.ok(readme.includes('npm test'));
+  assert.ok(readme.split('\n').length <= 250, `README.md has ${readme.split('\n').length} lines`);
+  for (const page of pages.filter((path) => path !== 'README.md')) {
+    assert.ok(readme.includes(`](${page})`), `the README links to ${page}`);
+  }
 });
 
-test('the README documents every setting with its default', () => {
+test('docs/configuration.md documents every setting with its default', () => {
+  const rows = rowsOf('docs/configuration.md');
   for (const setting of Object.values(settings)) {
     const row = rows.find((cells) => cells[0] === `\`${setting.env}\``);
     assert.ok(row, `${setting.env} has a row in the configuration table`);
     const shown = !setting.default ? '(none)' : `\`${setting.default}\``;
     assert.equal(row.at(-1), shown, `${setting.env} shows its default`);
   }
+  const documented = rows.map((cells) => cells[0]).filter((cell) => /^`[A-Z_]+`$/.test(cell!));
+  const known = new Set(Object.values(settings).map((setting) => `\`${setting.env}\``));
+  for (const name of documented) assert.ok(known.has(name!), `${name} in the table is a setting of the service`);
 });
 
-test('the README lists every error code with its status', () => {
-  for (const [code, status] of Object.entries(errorCodes)) {
-    assert.ok(
-      rows.some((cells) => cells[0] === `\`${code}\`` && cells[1] === String(status)),
-      code,
-    );
+test('docs/api.md lists every error code with its status, and no other', () => {
+  const rows = rowsOf('docs/api.md').filter((cells) => /^`[a-z_]+`$/.test(cells[0]!) && /^[0-9]{3}$/.test(cells[1]!));
+  assert.deepEqual(Object.fromEntries(rows.map((cells) => [cells[0]!.slice(1, -1), Number(cells[1])])), {
+    ...errorCodes,
+  });
+});
+
+test('every relative link in the README and docs/ resolves, #anchors included', () => {
+  let checked = 0;
+  for (const page of pages) {
+    const links = [...proseOf(read(page)).matchAll(/\]\(([^)\s]+)\)/g)].map((match) => match[1]!);
+    for (const link of links) {
+      if (/^[a-z]+:/i.test(link)) continue;
+      const [path, anchor] = link.split('#') as [string, string | undefined];
+      const target = path === '' ? page : relative(ROOT, join(ROOT, dirname(page), path));
+      assert.ok(existsSync(join(ROOT, target)), `${page}: ${link} names ${target}, which does not exist`);
+      if (anchor !== undefined) {
+        assert.ok(statSync(join(ROOT, target)).isFile() && target.endsWith('.md'), `${page}: ${link}`);
+        assert.ok(anchorsOf(target).has(anchor), `${page}: ${link}: ${target} has no heading #${anchor}`);
+      }
+      checked++;
+    }
+  }
+  assert.ok(checked > 30, `${checked} links checked`);
+});
+
+test('the link check itself: GitHub anchors and a missing file are told apart', () => {
+  assert.equal(anchorOf('Safe retries: Idempotency-Key'), 'safe-retries-idempotency-key');
+  assert.equal(anchorOf('Ids and int64'), 'ids-and-int64');
+  assert.equal(anchorOf('The `petstore` command'), 'the-petstore-command');
+  assert.ok(anchorsOf('docs/api.md').has('errors'));
+  assert.equal(existsSync(join(ROOT, 'docs/no-such-page.md')), false);
+});
+
+test('the repository stands alone: no page sends a reader to a file outside it', () => {
+  for (const page of pages) {
+    assert.doesNotMatch(read(page), /shared folder|CONTRACT\.md/, page);
   }
 });

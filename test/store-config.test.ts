@@ -46,7 +46,7 @@ test('petstore migrate and keys create work on PostgreSQL through DATABASE_URL',
   assert.equal(first.code, 0, first.stderr);
   assert.match(
     first.stderr,
-    /^Applied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\n/,
+    /^Using the PostgreSQL database postgres:.+ \(DATABASE_URL\)\.\nApplied 001_pets_and_keys \([0-9]+ ms\)\.\nApplied 002_idempotency_keys \([0-9]+ ms\)\.\n/,
   );
   const again = await runCli(['migrate'], env);
   assert.match(again.stderr, /The database is up to date\./);

@@ -11,7 +11,8 @@ export interface Output {
 export interface KeysDeps {
   io: Output;
   /** Opens and migrates the configured store, runs `run` on it, and closes it. */
-  withStore<T>(run: (store: Store) => Promise<T>): Promise<T>;
+  /** Runs `run` on the configured database; only `mayCreate` lets it create a missing SQLite file. */
+  withStore<T>(run: (store: Store) => Promise<T>, mayCreate?: boolean): Promise<T>;
   /** The time keys are issued, rolled and judged at. */
   now?: () => Date;
 }
@@ -267,7 +268,7 @@ async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number>
   const scopes = readScopes(values.scope, help);
   const now = deps.now?.() ?? new Date();
   const expiresAt = readExpiry(values, now, help) ?? null;
-  const { key, record } = await deps.withStore((store) => issueKey(store, name, now, { scopes, expiresAt }));
+  const { key, record } = await deps.withStore((store) => issueKey(store, name, now, { scopes, expiresAt }), true);
   const { io } = deps;
   if (values.json) {
     const { id, scopes: held, createdAt } = record;

@@ -58,11 +58,15 @@ export interface components {
         PetStatus: "available" | "pending" | "sold";
         /** @description An animal to add. Unknown fields, including id, are refused with a 400. */
         NewPet: {
-            /** @description name must be a string of 1 to 255 Unicode characters that is not only white space and holds no control character or lone surrogate; it is kept exactly as sent. */
+            /**
+             * @description name must be a string of 1 to 255 Unicode characters that is not only white space and holds no control character or lone surrogate; it is kept exactly as sent.
+             * @example Rex
+             */
             name: string;
             /**
              * Format: int64
              * @description categoryId must be an integer from -9223372036854775808 to 9223372036854775807 (int64); it comes back digit for digit.
+             * @example 7
              */
             categoryId: bigint;
             status?: components["schemas"]["PetStatus"];
@@ -71,13 +75,18 @@ export interface components {
             /**
              * Format: int64
              * @description Assigned by the service: positive, never reused, increasing in creation order.
+             * @example 42
              */
             id: bigint;
-            /** @description name must be a string of 1 to 255 Unicode characters that is not only white space and holds no control character or lone surrogate; it is kept exactly as sent. */
+            /**
+             * @description name must be a string of 1 to 255 Unicode characters that is not only white space and holds no control character or lone surrogate; it is kept exactly as sent.
+             * @example Rex
+             */
             name: string;
             /**
              * Format: int64
              * @description categoryId must be an integer from -9223372036854775808 to 9223372036854775807 (int64); it comes back digit for digit.
+             * @example 7
              */
             categoryId: bigint;
             status: components["schemas"]["PetStatus"];
@@ -85,12 +94,19 @@ export interface components {
         Error: {
             /**
              * @description Stable snake_case word; see the table in the API description.
+             * @example invalid_request
              * @enum {string}
              */
             code: "invalid_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "request_timeout" | "idempotency_conflict" | "gone" | "payload_too_large" | "uri_too_long" | "unsupported_media_type" | "idempotency_mismatch" | "rate_limited" | "headers_too_large" | "internal_error" | "unavailable";
-            /** @description One sentence a person can act on, naming what is at fault. */
+            /**
+             * @description One sentence a person can act on, naming what is at fault.
+             * @example limit must be an integer from 1 to 100, written in decimal digits with no sign and no leading zero.
+             */
             message: string;
-            /** @description The HTTP status code of the response. */
+            /**
+             * @description The HTTP status code of the response.
+             * @example 400
+             */
             status: number;
         };
     };
@@ -229,7 +245,10 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Idempotency-Key must be 1 to 255 visible ASCII characters, bare (abc-123) or as a quoted string ("abc-123"); retries of one request send the same key. */
+                /**
+                 * @description Idempotency-Key must be 1 to 255 visible ASCII characters, bare (abc-123) or as a quoted string ("abc-123"); retries of one request send the same key.
+                 * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+                 */
                 "idempotency-key"?: string;
             };
             path?: never;
@@ -390,7 +409,10 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description petId is the id of an animal, a positive int64 written in decimal digits. */
+                /**
+                 * @description petId is the id of an animal, a positive int64 written in decimal digits.
+                 * @example 42
+                 */
                 petId: bigint;
             };
             cookie?: never;
