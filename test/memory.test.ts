@@ -1,10 +1,9 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { recordFigures, size } from './figures.js';
-import { childEnv } from './process.js';
+import { childEnv, runProbe } from './process.js';
 
-const PROBE = new URL('./memory-probe.ts', import.meta.url).pathname;
+const PROBE = new URL('./memory-probe.ts', import.meta.url);
 // 100,000 requests take about half a minute on two cores: `npm run soak` runs them, `npm test` a fifth.
 const REQUESTS = size.leak.inject;
 const SOCKET_REQUESTS = size.leak.socket;
@@ -26,14 +25,10 @@ test(`${REQUESTS + SOCKET_REQUESTS} mixed requests leave the heap within ${HEAP_
     REQUESTS: String(REQUESTS),
     SOCKET_REQUESTS: String(SOCKET_REQUESTS),
   };
-  const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', PROBE], { env });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk) => (stdout += chunk));
-  child.stderr.on('data', (chunk) => (stderr += chunk));
-  const code = await new Promise((resolve) => child.on('close', resolve));
-  assert.equal(code, 0, stderr);
-  const result = JSON.parse(stdout) as { baseline: Sample; checkpoints: Sample[]; statuses: Record<string, number> };
+  const result = await runProbe<{ baseline: Sample; checkpoints: Sample[]; statuses: Record<string, number> }>(
+    PROBE,
+    env,
+  );
   const { baseline, checkpoints } = result;
   const last = checkpoints.at(-1)!;
 

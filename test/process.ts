@@ -33,6 +33,24 @@ export function runCli(args: string[], env: Record<string, string>, timeoutMs = 
   });
 }
 
+/**
+ * Runs a probe script (a `.ts` file that prints one JSON object) with a collectable heap, and
+ * resolves to what it printed; rejects with its standard error when it fails.
+ */
+export function runProbe<T>(probe: URL, env: Record<string, string>): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', probe.pathname], { env });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk) => (stdout += chunk));
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0 ? resolve(JSON.parse(stdout) as T) : reject(new Error(`${probe.pathname} exited ${code}: ${stderr}`)),
+    );
+  });
+}
+
 export interface Server {
   child: ChildProcess;
   url: string;

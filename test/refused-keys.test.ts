@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { CountMinSketch, SKETCH_WIDTH } from '../src/http/sketch.js';
+import { runProbe } from './process.js';
 
-const PROBE = new URL('./refused-keys-probe.ts', import.meta.url).pathname;
+const PROBE = new URL('./refused-keys-probe.ts', import.meta.url);
 const MiB = 1024 * 1024;
 
 test('the sketch counts each subject exactly while few share it, and never under', () => {
@@ -24,16 +24,11 @@ test('the sketch counts each subject exactly while few share it, and never under
 });
 
 test('40,000 refused keys from as many forwarded addresses get 401 each and leave the heap within 1.5 MiB', async () => {
-  const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', PROBE], {
-    env: { PATH: process.env.PATH ?? '', KEYS: '40000', ADDRESS_REPEATS: '1' },
+  const result = await runProbe<{ heapGrowthBytes: number; statuses: Record<string, number> }>(PROBE, {
+    PATH: process.env.PATH ?? '',
+    KEYS: '40000',
+    ADDRESS_REPEATS: '1',
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk) => (stdout += chunk));
-  child.stderr.on('data', (chunk) => (stderr += chunk));
-  const code = await new Promise((resolve) => child.on('close', resolve));
-  assert.equal(code, 0, stderr);
-  const result = JSON.parse(stdout) as { heapGrowthBytes: number; statuses: Record<string, number> };
   // One key per address, far under the limit: no address is taken for another.
   assert.deepEqual(result.statuses, { 401: 42_000 });
   assert.ok(result.heapGrowthBytes < 1.5 * MiB, `the heap grew by ${(result.heapGrowthBytes / MiB).toFixed(2)} MiB`);
