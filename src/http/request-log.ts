@@ -8,6 +8,7 @@ import {
   type FastifyRequest,
   type FastifyServerOptions,
 } from 'fastify';
+import type { DestinationStream } from 'pino';
 import type { Config } from '../config.js';
 import { oneLine } from '../errors.js';
 import { operationOf } from './operation.js';
@@ -28,7 +29,7 @@ export function readRequestId(request: IncomingMessage): string {
  */
 export function loggingOptions(
   config: Config,
-  stream?: NodeJS.WritableStream,
+  stream?: DestinationStream,
 ): Pick<FastifyServerOptions, 'logger' | 'logController' | 'genReqId'> {
   return {
     logger: {
