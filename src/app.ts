@@ -1,6 +1,5 @@
 import cors from '@fastify/cors';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import type { DestinationStream } from 'pino';
 import { systemClock, type Clock } from './clock.js';
 import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
@@ -33,7 +32,7 @@ export interface AppDeps {
   /** A pino logger; by default one at `config.logLevel` on `logStream`. */
   logger?: FastifyBaseLogger | boolean;
   /** Where the default logger writes its JSON lines; standard output when absent. */
-  logStream?: DestinationStream;
+  logStream?: NodeJS.WritableStream;
 }
 
 /** The whole service, wired. It never listens: `server.ts` does, tests `inject`. */

@@ -1,7 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import pino from 'pino';
 import { buildApp } from './app.js';
 import { settings, type Config } from './config.js';
 import { issueFirstKey } from './keys/cli.js';
@@ -92,12 +91,7 @@ function announceFirstKey(key: string, app: FastifyInstance) {
  */
 export async function serve(config: Config): Promise<{ app: FastifyInstance; store: Store }> {
   const { store } = await openMigratedStore(config);
-  // Request logs written asynchronously: a line waits only while the previous write is under way,
-  // and the lines that came meanwhile go in one write. pino writes what is left synchronously on
-  // exit (process.exit, the end of the event loop, an uncaught exception); a process killed
-  // outright (SIGKILL, a crash of node itself) loses the lines not yet written, a few
-  // milliseconds' worth under load (docs/operations.md).
-  const app = await buildApp({ config, store, logStream: pino.destination({ dest: 1, sync: false }) });
+  const app = await buildApp({ config, store });
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {

@@ -8,7 +8,6 @@ import {
   type FastifyRequest,
   type FastifyServerOptions,
 } from 'fastify';
-import type { DestinationStream } from 'pino';
 import type { Config } from '../config.js';
 import { oneLine } from '../errors.js';
 import { operationOf } from './operation.js';
@@ -29,7 +28,7 @@ export function readRequestId(request: IncomingMessage): string {
  */
 export function loggingOptions(
   config: Config,
-  stream?: DestinationStream,
+  stream?: NodeJS.WritableStream,
 ): Pick<FastifyServerOptions, 'logger' | 'logController' | 'genReqId'> {
   return {
     logger: {
