@@ -1,5 +1,15 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  openSync,
+  readFileSync,
+  readSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -39,6 +49,8 @@ export interface Running {
   /** Peak resident set since the last resetPeak, in bytes (Linux VmHWM). */
   peakRss: () => number | undefined;
   resetPeak: () => void;
+  /** Empties the log file once it is large, as a collector's rotation would (the service appends). */
+  trimLog: () => void;
   /** CPU time (user and system) the process has used so far, in microseconds. */
   cpuMicros: () => number;
   stop: () => Promise<void>;
@@ -57,6 +69,8 @@ async function waitUntilUp(url: string, child: ChildProcess, output: () => strin
   }
   throw new Error(`did not answer at ${url} within 30 s:\n${output()}`);
 }
+
+const LOG_TRIM_BYTES = 256 << 20;
 
 // /proc/<pid>/stat counts in clock ticks of 1/100 s on Linux.
 const TICK_MICROS = 10_000;
@@ -84,15 +98,21 @@ export async function startProcess(
   name: string,
   argv: string[],
   env: Record<string, string>,
-  { cpu, port, probe }: { cpu?: number; port: number; probe: string },
+  { cpu, port, probe, logFile }: { cpu?: number; port: number; probe: string; logFile?: string },
 ): Promise<Running> {
   const [command, ...args] = pinned(cpu, argv);
+  // Standard output to a file, as a log collector reads it: the server pays for every write.
+  const logFd = logFile === undefined ? undefined : openSync(logFile, 'a');
   // taskset execs its command, so the pid is the server's own.
-  const child = spawn(command!, args, { env: { PATH: process.env.PATH ?? '', ...env }, stdio: 'pipe' });
+  const child = spawn(command!, args, {
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', logFd ?? 'pipe', 'pipe'],
+  });
+  if (logFd !== undefined) closeSync(logFd);
   let text = '';
-  child.stdout!.on('data', (chunk) => (text = (text + chunk).slice(-20_000)));
+  child.stdout?.on('data', (chunk) => (text = (text + chunk).slice(-20_000)));
   child.stderr!.on('data', (chunk) => (text = (text + chunk).slice(-20_000)));
-  const output = () => text;
+  const output = () => (logFile === undefined ? text : `${text}\n${tail(logFile, 20_000)}`);
   const url = `http://127.0.0.1:${port}`;
   await waitUntilUp(url + probe, child, output);
   return {
@@ -107,6 +127,9 @@ export async function startProcess(
     resetPeak: () => {
       if (existsSync(`/proc/${child.pid}/clear_refs`)) writeFileSync(`/proc/${child.pid}/clear_refs`, '5');
     },
+    trimLog: () => {
+      if (logFile !== undefined && statSync(logFile).size > LOG_TRIM_BYTES) truncateSync(logFile);
+    },
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -118,25 +141,43 @@ export async function startProcess(
   };
 }
 
-/** The built service as `npm start` runs it (`node <START_FLAGS> dist/main.js serve`), rate limits off, warnings only. */
+/** The last `bytes` of `file`, as text. */
+function tail(file: string, bytes: number): string {
+  const fd = openSync(file, 'r');
+  try {
+    const { size } = fstatSync(fd);
+    const buffer = Buffer.alloc(Math.min(bytes, size));
+    readSync(fd, buffer, 0, buffer.length, size - buffer.length);
+    return buffer.toString('utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * What the service's environment adds to npm start's defaults in the bench: the per-key rate
+ * limit counted as always, with a ceiling no workload reaches, so nothing is refused. Every
+ * other setting is the default: request logs at `info`, refused-key limit, metrics.
+ */
+export const SHIPPED_ENV: Record<string, string> = { PETSTORE_RATE_LIMIT: '1000000000' };
+
+/**
+ * The built service as `npm start` runs it (`node <START_FLAGS> dist/main.js serve`), with its
+ * defaults (SHIPPED_ENV) unless `env` says otherwise; its request log goes to `logFile`.
+ */
 export async function startService(
   name: string,
   env: Record<string, string>,
   cpu: number | undefined,
+  logFile: string,
   nodeFlags: string[] = [],
 ): Promise<Running> {
   const port = await freePort();
   return startProcess(
     name,
     ['node', ...START_FLAGS, ...nodeFlags, MAIN, 'serve'],
-    {
-      PORT: String(port),
-      PETSTORE_RATE_LIMIT: 'off',
-      PETSTORE_AUTH_FAILURE_LIMIT: 'off',
-      LOG_LEVEL: 'warn',
-      ...env,
-    },
-    { cpu, port, probe: '/healthz' },
+    { PORT: String(port), ...SHIPPED_ENV, ...env },
+    { cpu, port, probe: '/healthz', logFile },
   );
 }
 

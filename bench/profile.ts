@@ -112,7 +112,11 @@ try {
       seeded = seedSqlite(join(temp, `${name}.db`), 10_000);
     }
     const dir = join(temp, name);
-    const service = await startService(name, seeded.env, 1, ['--cpu-prof', '--cpu-prof-dir', dir]);
+    const service = await startService(name, seeded.env, 1, join(temp, `${name}.log`), [
+      '--cpu-prof',
+      '--cpu-prof-dir',
+      dir,
+    ]);
     try {
       const sample = await drive({ ...LOADS[name]!, key: seeded.key }, [service.port], Number(options.duration));
       const store = options.postgres ? 'PostgreSQL' : 'SQLite';

@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import { encodeCursor } from '../src/pets/cursor.js';
 import { drive, hasWrk, type Load, type Sample } from './load.js';
-import { pinning, startBare, startService, type Running } from './processes.js';
+import { pinning, SHIPPED_ENV, startBare, startService, type Running } from './processes.js';
 import { writeReport, type Measured, type RunInfo } from './report.js';
 import { reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
@@ -65,6 +65,8 @@ function workload(name: WorkloadName, pets: number, key: string): Load {
 }
 
 const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
+// The extra configuration with the per-key limit off, to show what counting it costs.
+const LIMIT_OFF_ENV = { PETSTORE_RATE_LIMIT: 'off' };
 // Reads first in a round: the writes grow the store the next round reads.
 const WRITES: WorkloadName[] = ['create', 'mix'];
 const ALL: WorkloadName[] = [...READS, ...WRITES];
@@ -72,6 +74,8 @@ const ALL: WorkloadName[] = [...READS, ...WRITES];
 interface Target {
   id: string;
   store: 'bare' | 'SQLite' | 'PostgreSQL';
+  /** What the service's environment changes from the shipped defaults; none for the rows that judge the targets. */
+  variant?: 'limit-off';
   pets: number;
   instances: Running[];
   workloads: WorkloadName[];
@@ -81,6 +85,9 @@ interface Target {
 
 const temp = mkdtempSync(join(tmpdir(), 'petstore-bench-'));
 const targets: Target[] = [];
+const limitOff: Target[] = [];
+// Each service's standard output (its request log) goes to a file of its own.
+const logFile = (name: string) => join(temp, `${name}.log`);
 const cleanups: (() => Promise<void>)[] = [];
 const started = Date.now();
 const log = (line: string) => process.stderr.write(`[bench ${((Date.now() - started) / 1000).toFixed(0)}s] ${line}\n`);
@@ -98,7 +105,7 @@ async function main() {
     log(`seeding SQLite with ${pets} pets`);
     const path = join(temp, `pets-${pets}.db`);
     const seeded = seedSqlite(path, pets);
-    const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU, nodeFlags);
+    const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU, logFile(`sqlite-${pets}`), nodeFlags);
     cleanups.push(service.stop);
     targets.push({
       id: `sqlite-${pets}`,
@@ -109,6 +116,26 @@ async function main() {
       seeded,
       walFile: `${path}-wal`,
     });
+    if (pets === 10_000) {
+      // Reads only: this second process on the same file never writes.
+      const off = await startService(
+        'SQLite 10000, rate limit off',
+        { ...seeded.env, ...LIMIT_OFF_ENV },
+        SERVER_CPU,
+        logFile('sqlite-limit-off'),
+        nodeFlags,
+      );
+      cleanups.push(off.stop);
+      limitOff.push({
+        id: 'sqlite-10000-limit-off',
+        store: 'SQLite',
+        variant: 'limit-off',
+        pets,
+        instances: [off],
+        workloads: ['list', 'pages', 'getPet'],
+        seeded,
+      });
+    }
   }
 
   const wantPostgres = options.postgres ?? !options['no-postgres'];
@@ -117,11 +144,28 @@ async function main() {
     log('seeding PostgreSQL with 10000 pets');
     const seeded = await seedPostgres(POSTGRES_URL, `petstore_bench_${process.pid}`, 10_000);
     cleanups.push(seeded.drop);
-    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, nodeFlags);
+    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, logFile('pg-1'), nodeFlags);
     cleanups.unshift(one.stop);
     targets.push({ id: 'pg-1', store: 'PostgreSQL', pets: 10_000, instances: [one], workloads: ALL, seeded });
-    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, nodeFlags);
-    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, nodeFlags);
+    const off = await startService(
+      'PostgreSQL, rate limit off',
+      { ...seeded.env, ...LIMIT_OFF_ENV },
+      SERVER_CPU,
+      logFile('pg-limit-off'),
+      nodeFlags,
+    );
+    cleanups.unshift(off.stop);
+    limitOff.push({
+      id: 'pg-1-limit-off',
+      store: 'PostgreSQL',
+      variant: 'limit-off',
+      pets: 10_000,
+      instances: [off],
+      workloads: ['list', 'pages', 'getPet'],
+      seeded,
+    });
+    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, logFile('pg-2a'), nodeFlags);
+    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, logFile('pg-2b'), nodeFlags);
     cleanups.unshift(a.stop, b.stop);
     targets.push({
       id: 'pg-2',
@@ -135,6 +179,12 @@ async function main() {
   } else if (wantPostgres) {
     if (options.postgres) throw new Error(`PostgreSQL not reachable at ${POSTGRES_URL}`);
     postgres = `not reachable at ${POSTGRES_URL.replace(/\/\/[^@]*@/, '//')}: skipped`;
+  }
+
+  // Each extra row runs right after the row it is compared with.
+  for (const extra of limitOff) {
+    const base = targets.findIndex((target) => target.store === extra.store && target.pets === extra.pets);
+    targets.splice(base + 1, 0, extra);
   }
 
   // The bare server answers with the very bytes of a list page, so both send the same body size.
@@ -204,6 +254,7 @@ async function main() {
         add(`${target.id}|${name}`, waiting);
         log(describeSample(bareSample, waiting));
         if (WRITES.includes(name)) await target.seeded?.settle?.();
+        for (const instance of target.instances) instance.trimLog();
         if (target.walFile) walSizes.push(walSize(target.walFile));
       }
     }
@@ -216,6 +267,7 @@ async function main() {
       measured.push({
         target: target.id,
         store: target.store,
+        variant: target.variant,
         pets: target.pets,
         instances: target.instances.length,
         workload: name,
@@ -223,7 +275,7 @@ async function main() {
       });
     }
   }
-  const sqliteTargets = targets.filter((target) => target.store === 'SQLite');
+  const sqliteTargets = targets.filter((target) => target.store === 'SQLite' && !target.variant);
   const info: RunInfo = {
     command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim().replace(/ --$/, ''),
     rounds,
@@ -233,6 +285,7 @@ async function main() {
     pinned: pinning(),
     postgres,
     nodeFlags,
+    env: SHIPPED_ENV,
     walEnd: sqliteTargets.map((target) => ({ pets: target.pets, bytes: walSize(target.walFile!) })),
     walMax: Math.max(0, ...walSizes),
     storedAtEnd: sqliteTargets.map((target) => ({ pets: target.pets, stored: countStored(target) })),

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { parseWrk } from '../bench/load.js';
-import { START_FLAGS } from '../bench/processes.js';
+import { SHIPPED_ENV, START_FLAGS } from '../bench/processes.js';
 import { scaleRatio, SUMMARY_END, SUMMARY_START, tailOf } from '../bench/report.js';
 
 const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
@@ -18,7 +18,9 @@ test('docs/benchmark.md shows the figures of the latest benchmark report, unchan
   const report = read('bench/results/latest.md');
   const page = read('docs/benchmark.md');
   assert.equal(summaryOf(page, 'docs/benchmark.md'), summaryOf(report, 'bench/results/latest.md'));
-  assert.match(report, /Rate limits were off/);
+  // It measures the service as shipped, and says so: logs at info, the rate limit counted.
+  assert.match(report, /\*\*As shipped\*\*: request logs at `info`/);
+  assert.match(report, /PETSTORE_RATE_LIMIT=1000000000/);
   assert.ok(page.includes('](../bench/results/chart.svg)'), 'docs/benchmark.md shows the chart');
   assert.match(read('bench/results/chart.svg'), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
 });
@@ -73,4 +75,8 @@ test('npm start, npm run petstore and the bench run node with the same flags', (
   assert.equal(scripts.petstore, `exec node ${flags} dist/main.js`);
   // BusyBox's env (Alpine) has no -S: the command's own first line cannot carry a flag.
   assert.equal(read('src/main.ts').split('\n', 1)[0], '#!/usr/bin/env node');
+});
+
+test('the bench runs the service with its defaults: logs at info, limits counted, only the key limit out of reach', () => {
+  assert.deepEqual(SHIPPED_ENV, { PETSTORE_RATE_LIMIT: '1000000000' });
 });

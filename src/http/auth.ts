@@ -64,7 +64,7 @@ export interface Gate {
   /**
    * Admits a request with an active, unexpired key that holds `scope`, within its rate limit,
    * or throws (rejects with) the 401, 403 or 429 to answer. Synchronous when the store remembers
-   * the key and counts in memory. A refused key from an address that sent too many gets 429
+   * the key. A refused key from an address that sent too many gets 429
    * instead of 401; a valid key is never refused for what its address sent.
    */
   admit(address: string, authorization: string | undefined, connection: object, scope: Scope): Admitted;
@@ -74,7 +74,7 @@ export interface Gate {
    */
   rememberedKey(authorization: string | undefined, connection: object, scope: Scope): number | undefined;
   /** Counts a request by a key known to be active and holding the scope, and notes its use, as `admit` does. */
-  admitKey(apiKeyId: number): Admitted;
+  admitKey(apiKeyId: number): Admission;
 }
 
 /** Whether two strings are equal, in time that depends on their length only. */
@@ -105,12 +105,9 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
     return credentials;
   };
 
-  const admitKey = (apiKeyId: number, now = clock.now()): Admitted => {
+  const admitKey = (apiKeyId: number, now = clock.now()): Admission => {
     store.memory.noteKeyUse(apiKeyId, now);
-    const rateFields = limits.admitKey(apiKeyId);
-    return rateFields instanceof Promise
-      ? rateFields.then((fields) => ({ apiKeyId, rateFields: fields }))
-      : { apiKeyId, rateFields };
+    return { apiKeyId, rateFields: limits.admitKey(apiKeyId) };
   };
 
   // By the service's clock: from that instant on, on every instance (CONTRACT.md expiry).

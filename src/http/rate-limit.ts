@@ -31,8 +31,8 @@ export function clientAddress(request: FastifyRequest): string {
 }
 
 /**
- * Per-API-key rate limit, in fixed windows counted by the store (shared by every instance on
- * PostgreSQL), and per-address limit on refused keys, counted by each instance in fixed memory
+ * Per-API-key rate limit, in fixed windows counted by the store (in memory; on PostgreSQL shared
+ * by every instance through batched writes, see counters.ts), and per-address limit on refused keys, counted by each instance in fixed memory
  * (a count-min sketch: see docs/hardening.md). The fields are those of the IETF httpapi
  * RateLimit header fields draft: `RateLimit-Policy: "default";q=6000;w=60` and
  * `RateLimit: "default";r=5999;t=42`; the refused-key limit is the policy `"refused-keys"`.
@@ -62,20 +62,13 @@ export class RateLimits {
 
   /**
    * Counts a request by `apiKeyId` and returns the RateLimit fields its answer carries
-   * (undefined when the limit is off); throws 429 past the limit. Synchronous when the store
-   * counts in this process (SQLite), so such a request waits for no promise.
+   * (undefined when the limit is off); throws 429 past the limit. Counted in memory by every
+   * store (StoreMemory.countHit), so no request waits for the database to be counted.
    */
-  admitKey(apiKeyId: number): RateFields | Promise<RateFields> {
+  admitKey(apiKeyId: number): RateFields {
     if (this.#limit === undefined) return undefined;
     const window = windowAt(this.#clock.now(), this.#windowMs);
-    const hits = this.#countHit(`key:${apiKeyId}`, window.start);
-    return typeof hits === 'number' ? this.#judge(hits, window) : hits.then((n) => this.#judge(n, window));
-  }
-
-  /** The store's count, at once when the store counts in this process's memory (SQLite). */
-  #countHit(subject: string, windowStart: number): number | Promise<number> {
-    const { memory } = this.#store;
-    return memory.countHit ? memory.countHit(subject, windowStart) : this.#store.countHit(subject, windowStart);
+    return this.#judge(this.#store.memory.countHit(`key:${apiKeyId}`, window.start), window);
   }
 
   #judge(hits: number, window: ReturnType<typeof windowAt>): RateFields {

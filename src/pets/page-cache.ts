@@ -111,12 +111,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     if (apiKeyId === undefined) return false;
     let admission: Admission;
     try {
-      const admitted = gate.admitKey(apiKeyId);
-      if (admitted instanceof Promise) {
-        holdAdmission(request, () => admitted);
-        return false;
-      }
-      admission = admitted;
+      admission = gate.admitKey(apiKeyId);
     } catch (refusal) {
       holdAdmission(request, () => {
         throw refusal;

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
+import { batchedCounters } from './counters.js';
 import { watchDiskErrors } from './disk-errors.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
@@ -46,6 +47,8 @@ export interface PostgresOptions {
   clock?: Clock;
   /** How long a key's use waits in memory before it is written (key-uses.ts). */
   keyUseFlushMs?: number;
+  /** How often the rate-limit hits counted in memory are written (counters.ts). */
+  hitFlushMs?: number;
 }
 
 const INT8_OID = 20;
@@ -121,6 +124,10 @@ const statements = {
   countHit:
     'INSERT INTO rate_counters (subject, window_start, hits) VALUES ($1, $2, 1) ' +
     'ON CONFLICT (subject, window_start) DO UPDATE SET hits = rate_counters.hits + 1 RETURNING hits',
+  // A batch of hits from one instance: one row per subject, the shared totals returned.
+  writeHits:
+    'INSERT INTO rate_counters (subject, window_start, hits) SELECT s, $1, h FROM unnest($2::text[], $3::int[]) AS u (s, h) ' +
+    'ON CONFLICT (subject, window_start) DO UPDATE SET hits = rate_counters.hits + excluded.hits RETURNING subject, hits',
   deleteOldCounters: 'DELETE FROM rate_counters WHERE window_start < $1',
   ping: 'SELECT 1',
 } as const;
@@ -200,7 +207,7 @@ const ignore = () => {};
  */
 export function openPostgresStore(
   url: string,
-  { poolSize = 10, timeoutMs = 5000, clock = systemClock, keyUseFlushMs }: PostgresOptions = {},
+  { poolSize = 10, timeoutMs = 5000, clock = systemClock, keyUseFlushMs, hitFlushMs }: PostgresOptions = {},
 ): Store {
   const connection: pg.ClientConfig = {
     connectionString: url,
@@ -287,6 +294,18 @@ export function openPostgresStore(
 
   // The newest window this instance has seen; when a newer one begins, older counts are deleted.
   let countersWindow = -Infinity;
+  const forgetOldCounters = (windowStart: number) => {
+    if (windowStart <= countersWindow) return;
+    countersWindow = windowStart;
+    // Not awaited: no request waits for the cleanup, and a failed one is retried next window.
+    query('deleteOldCounters', [windowStart]).catch(ignore);
+  };
+  // Rate-limit hits counted in memory, written in batches (counters.ts): never a write per request.
+  const hits = batchedCounters(async (windowStart, subjects, counts) => {
+    forgetOldCounters(windowStart);
+    const { rows } = await query<{ subject: string; hits: number }>('writeHits', [windowStart, subjects, counts]);
+    return new Map(rows.map((row) => [row.subject, row.hits]));
+  }, hitFlushMs);
 
   // The animals' counts, cached: a GROUP BY over every animal at most once per
   // PET_COUNTS_MAX_AGE_MS per instance, however often /metrics is scraped. Counting them as they
@@ -318,7 +337,12 @@ export function openPostgresStore(
   };
 
   const store: Store = {
-    memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, finalPages: false },
+    memory: {
+      rememberedKey: activeKeys.remembered,
+      noteKeyUse: keyUses.note,
+      countHit: hits.countHit,
+      finalPages: false,
+    },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
       const client = new pg.Client({
@@ -465,17 +489,13 @@ export function openPostgresStore(
     },
 
     async countHit(subject: string, windowStart: number) {
-      if (windowStart > countersWindow) {
-        countersWindow = windowStart;
-        // Not awaited: no request waits for the cleanup, and a failed one is retried next window.
-        query('deleteOldCounters', [windowStart]).catch(ignore);
-      }
+      forgetOldCounters(windowStart);
       const { rows } = await query<{ hits: number }>('countHit', [subject, windowStart]);
       return rows[0]!.hits;
     },
 
     async close() {
-      closed ??= keyUses.close().then(() => pool.end());
+      closed ??= Promise.all([keyUses.close(), hits.close()]).then(() => pool.end());
       await closed;
     },
   };

@@ -110,8 +110,12 @@ export interface StoreMemory {
    * once a minute per key, off the request path (key-uses.ts). Never throws.
    */
   noteKeyUse(id: number, now: number): void;
-  /** countHit, when the store counts in this process (SQLite): the same count, at once. */
-  countHit?(subject: string, windowStart: number): number;
+  /**
+   * Counts one hit for `subject` in the fixed window starting at `windowStart` (unix ms) and
+   * returns the count so far, at once. SQLite: this process's own count. PostgreSQL: the total
+   * of every instance as of this one's last batched write, plus its hits since (counters.ts).
+   */
+  countHit(subject: string, windowStart: number): number;
   /**
    * True when a page of animals that another animal follows can never change, so it may be
    * kept and sent again: ids are assigned in commit order and animals are never changed or
@@ -173,7 +177,8 @@ export interface Store {
 
   /**
    * Counts one hit for `subject` in the fixed window starting at `windowStart` (unix ms) and
-   * returns the hits counted so far in it, on every instance sharing the store.
+   * returns the hits counted so far in it, on every instance sharing the store, with a write of
+   * its own. The service counts with `memory.countHit` instead, which writes in batches.
    */
   countHit(subject: string, windowStart: number): Promise<number>;
 
