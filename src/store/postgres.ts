@@ -121,9 +121,6 @@ const statements = {
   insertIdempotency:
     'INSERT INTO idempotency_keys (api_key_id, key, fingerprint, response_status, response_body, ' +
     'response_location, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)',
-  countHit:
-    'INSERT INTO rate_counters (subject, window_start, hits) VALUES ($1, $2, 1) ' +
-    'ON CONFLICT (subject, window_start) DO UPDATE SET hits = rate_counters.hits + 1 RETURNING hits',
   // A batch of hits from one instance: one row per subject, the shared totals returned.
   writeHits:
     'INSERT INTO rate_counters (subject, window_start, hits) SELECT s, $1, h FROM unnest($2::text[], $3::int[]) AS u (s, h) ' +
@@ -142,7 +139,6 @@ const RETRIED = new Set<StatementName>([
   'countByStatus',
   'findKey',
   'listKeys',
-  'countHit',
   'ping',
 ]);
 
@@ -486,12 +482,6 @@ export function openPostgresStore(
         return rows[0];
       });
       return row && toKey(row);
-    },
-
-    async countHit(subject: string, windowStart: number) {
-      forgetOldCounters(windowStart);
-      const { rows } = await query<{ hits: number }>('countHit', [subject, windowStart]);
-      return rows[0]!.hits;
     },
 
     async close() {

@@ -366,11 +366,6 @@ export function openSqliteStore(
       return changes > 0 ? toKey(ready().getKey.get(BigInt(lastInsertRowid))!) : undefined;
     },
 
-    // SQLite serves one host: the counts are this process's own.
-    async countHit(subject: string, windowStart: number) {
-      return countHit(subject, windowStart);
-    },
-
     async close() {
       if (statements) {
         inserts.flush();

@@ -175,13 +175,6 @@ export interface Store {
   /** False when no active key has this id. */
   revokeKey(id: number, at: Date): Promise<boolean>;
 
-  /**
-   * Counts one hit for `subject` in the fixed window starting at `windowStart` (unix ms) and
-   * returns the hits counted so far in it, on every instance sharing the store, with a write of
-   * its own. The service counts with `memory.countHit` instead, which writes in batches.
-   */
-  countHit(subject: string, windowStart: number): Promise<number>;
-
   /** Writes the key uses not yet written, then closes. */
   close(): Promise<void>;
 }
