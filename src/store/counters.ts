@@ -1,3 +1,5 @@
+import { writeInBatches } from './batches.js';
+
 /**
  * Fixed-window hit counts kept in this process: what a store shared by no other host (SQLite)
  * counts with. Windows other than the newest are forgotten as soon as a newer one begins.
@@ -51,15 +53,6 @@ export function batchedCounters(write: WriteHits, flushEveryMs: number = HIT_FLU
   let shared = new Map<string, number>();
   let sending = new Map<string, number>();
   let pending = new Map<string, number>();
-  let timer: NodeJS.Timeout | undefined;
-  let writing: Promise<void> = Promise.resolve();
-  let closed = false;
-
-  const schedule = () => {
-    if (timer || closed || pending.size === 0) return;
-    timer = setTimeout(() => void flush(), flushEveryMs);
-    timer.unref();
-  };
 
   async function writeBatch(): Promise<void> {
     if (pending.size === 0) return;
@@ -81,17 +74,11 @@ export function batchedCounters(write: WriteHits, flushEveryMs: number = HIT_FLU
         for (const [subject, hits] of batch) pending.set(subject, (pending.get(subject) ?? 0) + hits);
     } finally {
       if (windowStart === window) sending = new Map();
-      schedule();
+      batches.schedule();
     }
   }
 
-  // One batch at a time: a slow database never has two of them in flight from one instance.
-  function flush(): Promise<void> {
-    clearTimeout(timer);
-    timer = undefined;
-    writing = writing.then(writeBatch);
-    return writing;
-  }
+  const batches = writeInBatches(writeBatch, () => pending.size > 0, flushEveryMs);
 
   return {
     /** Counts one hit and returns the count so far in the window: at once, with no database work. */
@@ -105,15 +92,12 @@ export function batchedCounters(write: WriteHits, flushEveryMs: number = HIT_FLU
       // A late caller still in an older window counts in the newest one: never under-counts.
       const mine = (pending.get(subject) ?? 0) + 1;
       pending.set(subject, mine);
-      schedule();
+      batches.schedule();
       return (shared.get(subject) ?? 0) + (sending.get(subject) ?? 0) + mine;
     },
     /** Writes the hits counted so far now, instead of at the next tick of the timer. */
-    flush,
+    flush: batches.flush,
     /** Writes what is pending, once more, and schedules nothing after. */
-    close(): Promise<void> {
-      closed = true;
-      return flush();
-    },
+    close: batches.close,
   };
 }

@@ -1,3 +1,5 @@
+import { writeInBatches } from './batches.js';
+
 /** Each key's last use is written at most this often, per instance (CONTRACT.md `keys list`). */
 export const KEY_USE_WRITE_MS = 60_000;
 /** How long a use waits in memory before it is written with the others. */
@@ -23,15 +25,6 @@ export interface KeyUse {
 export function batchKeyUses(write: (uses: KeyUse[]) => Promise<void> | void, flushEveryMs: number = KEY_USE_FLUSH_MS) {
   const pending = new Map<number, number>();
   const written = new Map<number, number>();
-  let timer: NodeJS.Timeout | undefined;
-  let writing: Promise<void> = Promise.resolve();
-  let closed = false;
-
-  const schedule = () => {
-    if (timer || closed || pending.size === 0) return;
-    timer = setTimeout(() => void flush(), flushEveryMs);
-    timer.unref();
-  };
 
   async function writeBatch(): Promise<void> {
     if (pending.size === 0) return;
@@ -45,30 +38,20 @@ export function batchKeyUses(write: (uses: KeyUse[]) => Promise<void> | void, fl
         written.delete(use.id);
         if (!pending.has(use.id)) pending.set(use.id, use.at);
       }
-      schedule();
+      batches.schedule();
     }
   }
 
-  // One batch at a time: a slow database never has two of them in flight from one instance.
-  function flush(): Promise<void> {
-    clearTimeout(timer);
-    timer = undefined;
-    writing = writing.then(writeBatch);
-    return writing;
-  }
+  const batches = writeInBatches(writeBatch, () => pending.size > 0, flushEveryMs);
 
   return {
     note(id: number, now: number): void {
       const last = written.get(id);
       if (last !== undefined && now - last < KEY_USE_WRITE_MS) return;
       pending.set(id, now);
-      schedule();
+      batches.schedule();
     },
-    flush,
-    /** Writes what is pending, once more, and schedules nothing after. */
-    close(): Promise<void> {
-      closed = true;
-      return flush();
-    },
+    flush: batches.flush,
+    close: batches.close,
   };
 }
