@@ -107,7 +107,7 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
 
   const admitKey = (apiKeyId: number, now = clock.now()): Admission => {
     store.memory.noteKeyUse(apiKeyId, now);
-    return { apiKeyId, rateFields: limits.admitKey(apiKeyId) };
+    return { apiKeyId, rateFields: limits.admitKey(apiKeyId, now) };
   };
 
   // By the service's clock: from that instant on, on every instance (CONTRACT.md expiry).

@@ -32,8 +32,8 @@ export function clientAddress(request: FastifyRequest): string {
 
 /**
  * Per-API-key rate limit, in fixed windows counted by the store (in memory; on PostgreSQL shared
- * by every instance through batched writes, see counters.ts), and per-address limit on refused keys, counted by each instance in fixed memory
- * (a count-min sketch: see docs/hardening.md). The fields are those of the IETF httpapi
+ * by every instance through batched writes, see counters.ts), and per-address limit on refused
+ * keys, counted by each instance in fixed memory (a count-min sketch: see docs/hardening.md). The fields are those of the IETF httpapi
  * RateLimit header fields draft: `RateLimit-Policy: "default";q=6000;w=60` and
  * `RateLimit: "default";r=5999;t=42`; the refused-key limit is the policy `"refused-keys"`.
  */
@@ -65,9 +65,9 @@ export class RateLimits {
    * (undefined when the limit is off); throws 429 past the limit. Counted in memory by every
    * store (StoreMemory.countHit), so no request waits for the database to be counted.
    */
-  admitKey(apiKeyId: number): RateFields {
+  admitKey(apiKeyId: number, now = this.#clock.now()): RateFields {
     if (this.#limit === undefined) return undefined;
-    const window = windowAt(this.#clock.now(), this.#windowMs);
+    const window = windowAt(now, this.#windowMs);
     return this.#judge(this.#store.memory.countHit(`key:${apiKeyId}`, window.start), window);
   }
 

@@ -96,8 +96,8 @@ const OPERATION = 'listPets';
  * line. A URL is in the cache only after the route answered it 200 (so the request is valid),
  * and the answer depends on nothing else but the key. It returns false, having changed nothing,
  * whenever the route may answer differently: no cached page, no Host, an unremembered or
- * malformed key; Fastify then answers. A key over its rate limit was
- * counted here, so Fastify gets that decision with the request instead of counting again.
+ * malformed key; Fastify then answers. A key over its rate limit was counted here, so Fastify
+ * gets that decision with the request instead of counting again.
  */
 export function answerCachedPages({ pages, gate, metrics, log, closing }: CachedPagesDeps) {
   const answered = metrics.answers.seriesOf(OPERATION, 'GET', 200);

@@ -1,7 +1,15 @@
 import { StoreUnavailableError, wrapMethods, type Store } from './store.js';
 
 // The methods that write: one succeeding shows the database can write again.
-const WRITES = new Set(['migrate', 'createPet', 'createPetOnce', 'createKey', 'createFirstKey', 'revokeKey']);
+const WRITES = new Set([
+  'migrate',
+  'createPet',
+  'createPetOnce',
+  'createKey',
+  'createFirstKey',
+  'revokeKey',
+  'rollKey',
+]);
 
 /** `error`, or an error it was caused by, that `matches` accepts. */
 function causedBy(error: unknown, matches: (error: unknown) => boolean): boolean {

@@ -64,21 +64,24 @@ const isDiskError = (error: unknown) => codeOf(error) === 'SQLITE_FULL' || codeO
  */
 function retryWhileBusy(timeoutMs: number, store: Store): Store {
   // No rest parameters: no array per call on the request path (no method takes more than 3).
-  return wrapMethods(store, (_name, method) => (a, b, c) => {
-    const deadline = performance.now() + timeoutMs;
-    return method(a, b, c).catch(async (error: unknown) => {
-      for (let pause = FIRST_PAUSE_MS; ; pause = Math.min(pause * 2, LONGEST_PAUSE_MS)) {
-        if (!isBusy(error)) throw error;
-        if (performance.now() + pause >= deadline) throw new StoreUnavailableError(error);
-        await sleep(pause);
-        try {
-          return await method(a, b, c);
-        } catch (again) {
-          error = again;
+  return wrapMethods(
+    store,
+    (_name, method) => (a, b, c) =>
+      // The deadline is taken at the first refusal, so a call that succeeds reads no clock.
+      method(a, b, c).catch(async (error: unknown) => {
+        const deadline = performance.now() + timeoutMs;
+        for (let pause = FIRST_PAUSE_MS; ; pause = Math.min(pause * 2, LONGEST_PAUSE_MS)) {
+          if (!isBusy(error)) throw error;
+          if (performance.now() + pause >= deadline) throw new StoreUnavailableError(error);
+          await sleep(pause);
+          try {
+            return await method(a, b, c);
+          } catch (again) {
+            error = again;
+          }
         }
-      }
-    });
-  });
+      }),
+  );
 }
 
 /**
