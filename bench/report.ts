@@ -29,6 +29,8 @@ export interface RunInfo {
   env: Record<string, string>;
   walEnd: { pets: number; bytes: number }[];
   walMax: number;
+  /** Peak RSS of a server from its start until it first answered, before any load (VmHWM). */
+  startedRss: { name: string; bytes: number | undefined }[];
   storedAtEnd: { pets: number; stored: number }[];
   bodyBytes: number;
   startedAt: Date;
@@ -260,6 +262,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     `- Bare server: \`bench/bare.mjs\`, node:http answering every GET with the same ${info.bodyBytes}-byte page the service sent; each ratio is the median over the rounds of a sample's req/s divided by the mean of the bare GET samples just before and just after it (bare GET median: ${int(bareRps)} req/s).`,
     '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds. "CPU µs per answer": the server process\'s user and system CPU time during the sample divided by the answers it sent (median), from `/proc/<pid>/stat`; it includes the kernel\'s loopback TCP work, and is the figure the machine\'s other load moves least.',
     `- Stores at the end: ${info.storedAtEnd.map((s) => `${int(s.stored)} pets in the store seeded with ${int(s.pets)}`).join('; ')} (createPet and the mix add to the 10,000 store in each round). WAL file at the end: ${info.walEnd.map((w) => `${mib(w.bytes)} (${int(w.pets)})`).join(', ')}; largest seen after any workload: ${mib(info.walMax)}.`,
+    `- Memory before any load (peak RSS from start until the first answer): ${info.startedRss.map((r) => `${r.name} ${mib(r.bytes)}`).join(', ')}. The peak RSS target is judged against the service's whole run.`,
     `- PostgreSQL: ${info.postgres}; after its write workloads the run does \`VACUUM ANALYZE\`, a \`CHECKPOINT\` and a \`sync\` at once, so that work does not fall in a later sample of another server.`,
     '',
     '## Summary',

@@ -85,6 +85,7 @@ interface Target {
 
 const temp = mkdtempSync(join(tmpdir(), 'petstore-bench-'));
 const targets: Target[] = [];
+const startedRss: RunInfo['startedRss'] = [];
 const limitOff: Target[] = [];
 // Each service's standard output (its request log) goes to a file of its own.
 const logFile = (name: string) => join(temp, `${name}.log`);
@@ -107,6 +108,7 @@ async function main() {
     const seeded = seedSqlite(path, pets);
     const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU, logFile(`sqlite-${pets}`), nodeFlags);
     cleanups.push(service.stop);
+    if (pets === 10_000) startedRss.push({ name: 'the service on SQLite', bytes: service.peakRss() });
     targets.push({
       id: `sqlite-${pets}`,
       store: 'SQLite',
@@ -198,6 +200,7 @@ async function main() {
   writeFileSync(bodyFile, body);
   const bare = await startBare(bodyFile, SERVER_CPU);
   cleanups.unshift(bare.stop);
+  startedRss.push({ name: 'bare node:http', bytes: bare.peakRss() });
   targets.unshift({ id: 'bare', store: 'bare', pets: 0, instances: [bare], workloads: ['list'] });
 
   const measure = async (
@@ -288,6 +291,7 @@ async function main() {
     env: SHIPPED_ENV,
     walEnd: sqliteTargets.map((target) => ({ pets: target.pets, bytes: walSize(target.walFile!) })),
     walMax: Math.max(0, ...walSizes),
+    startedRss,
     storedAtEnd: sqliteTargets.map((target) => ({ pets: target.pets, stored: countStored(target) })),
     bodyBytes: body.length,
     startedAt: new Date(started),

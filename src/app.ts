@@ -3,6 +3,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { systemClock, type Clock } from './clock.js';
 import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
+import { answerOf, observeAnswers, recordAnswer } from './http/answers.js';
 import { authenticate, createGate } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
 import { capConnections } from './http/connections.js';
@@ -10,12 +11,11 @@ import { registerDocs } from './http/docs.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
 import { serverWithFront, type FrontListener } from './http/front.js';
-import { guardRequest } from './http/limits.js';
 import { refuseOtherMethods, routeEveryMethod, routeEveryRequest } from './http/methods.js';
-import { countAnswer, createMetrics, observeRequests, registerMetrics, timeStore } from './http/metrics.js';
+import { createMetrics, registerMetrics, timeStore } from './http/metrics.js';
 import { parseQuery } from './http/query.js';
 import { RateLimits } from './http/rate-limit.js';
-import { echoRequestId, loggingOptions, logAnswered, logRequests } from './http/request-log.js';
+import { echoRequestId, loggingOptions } from './http/request-log.js';
 import { compileValidator } from './http/validation.js';
 import { answerCachedPages, PageCache } from './pets/page-cache.js';
 import { createPet, getPet, listPets } from './pets/routes.js';
@@ -68,10 +68,7 @@ export async function buildApp({
     // Requests the router refuses (a malformed percent-encoding) get the Error body too. They
     // meet no hook, so their X-Request-Id is set here, and they are counted and logged once sent.
     frameworkErrors: (error, request, reply) => {
-      reply.raw.once('finish', () => {
-        countAnswer(metrics, request, reply);
-        logAnswered(request, reply);
-      });
+      reply.raw.once('finish', () => recordAnswer(metrics, request.log, undefined, answerOf(request, reply)));
       handleError(error, request, echoRequestId(request, reply));
     },
     // In-flight requests finish during shutdown instead of getting a non-contract 503.
@@ -101,10 +98,8 @@ export async function buildApp({
     trusted: config.trustProxy,
   });
   const store = timeStore(plainStore, metrics);
-  observeRequests(app, metrics);
-  logRequests(app);
+  observeAnswers(app, metrics);
   routeEveryRequest(app.server);
-  app.addHook('onRequest', guardRequest);
   if (config.corsOrigins.length > 0) {
     await app.register(cors, {
       origin: config.corsOrigins.includes('*') ? '*' : config.corsOrigins,

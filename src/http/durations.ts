@@ -143,12 +143,7 @@ export class Durations {
 export class AnswerMetrics extends Durations {
   /** Counts one answered request that took `seconds`. */
   observe(operation: string, method: string, status: number, seconds: number): void {
-    this.seriesOf(operation, method, status).observe(seconds);
-  }
-
-  /** The series of these answers, for a caller that always answers alike to keep. */
-  seriesOf(operation: string, method: string, status: number): Series {
     const key = `${operation} ${method} ${status}`;
-    return this.find(key) ?? this.add(key, { operation, method, status: String(status) });
+    (this.find(key) ?? this.add(key, { operation, method, status: String(status) })).observe(seconds);
   }
 }

@@ -1,11 +1,10 @@
 import { createRequire } from 'node:module';
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
+import type { FastifyInstance, onRequestHookHandler } from 'fastify';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { Scope } from '../keys/keys.js';
 import { AnswerMetrics, Durations } from './durations.js';
 import { petStatuses } from '../schemas.js';
 import { PET_COUNTS_MAX_AGE_MS, wrapMethods, type Store } from '../store/store.js';
-import { operationOf } from './operation.js';
 
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const STORE_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
@@ -128,32 +127,6 @@ export function timeStore(store: Store, { storeDuration }: Metrics): Store {
       );
     };
   });
-}
-
-/** Counts and times every request that reaches a route, and tracks those in flight. */
-export function observeRequests(app: FastifyInstance, metrics: Metrics): void {
-  const open = new WeakSet<FastifyRequest>();
-  // Callback hooks: no promise per request on the hot path.
-  app.addHook('onRequest', (request, _reply, done) => {
-    open.add(request);
-    metrics.inFlight.count += 1;
-    done();
-  });
-  // A request whose client went away is no longer in flight, answered or not.
-  app.addHook('onRequestAbort', (request, done) => {
-    if (open.delete(request)) metrics.inFlight.count -= 1;
-    done();
-  });
-  app.addHook('onResponse', (request, reply, done) => {
-    if (open.delete(request)) metrics.inFlight.count -= 1;
-    countAnswer(metrics, request, reply);
-    done();
-  });
-}
-
-/** Counts and times one answered request; requests the router refuses meet no hook and come here directly. */
-export function countAnswer({ answers }: Metrics, request: FastifyRequest, reply: FastifyReply): void {
-  answers.observe(operationOf(request), request.method, reply.statusCode, reply.elapsedTime / 1000);
 }
 
 /**

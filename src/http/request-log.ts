@@ -3,7 +3,6 @@ import type { IncomingMessage } from 'node:http';
 import {
   LogController,
   type FastifyBaseLogger,
-  type FastifyInstance,
   type FastifyReply,
   type FastifyRequest,
   type FastifyServerOptions,
@@ -24,7 +23,7 @@ export function readRequestId(request: IncomingMessage): string {
 /**
  * Fastify's logging settings: JSON lines (pino) at `config.logLevel` on `stream` (standard
  * output by default), with `reqId` on every line of a request. Fastify's own two lines per
- * request are off: `logRequests` writes one, with no header, key or body in it.
+ * request are off: recordAnswer (answers.ts) writes one, with no header, key or body in it.
  */
 export function loggingOptions(
   config: Config,
@@ -47,36 +46,10 @@ export function echoRequestId(request: FastifyRequest, reply: FastifyReply): Fas
   return reply.header('x-request-id', request.id);
 }
 
-/**
- * Echoes the request id in `X-Request-Id` on every response, errors included, and logs one line
- * per answered request: `reqId`, `operation`, `method`, `path` (no query string), `status`,
- * `durationMs`.
- */
-export function logRequests(app: FastifyInstance): void {
-  app.addHook('onRequest', (request, reply, done) => {
-    echoRequestId(request, reply);
-    done();
-  });
-  app.addHook('onResponse', (request, reply, done) => {
-    logAnswered(request, reply);
-    done();
-  });
-  app.addHook('onRequestAbort', (request, done) => {
-    const path = oneLine(request.url.split('?', 1)[0]!);
-    request.log.info({ operation: operationOf(request), method: request.method, path }, 'request aborted by client');
-    done();
-  });
-}
-
-/** Logs the line of one answered request; requests the router refuses meet no hook and come here directly. */
-export function logAnswered(request: FastifyRequest, reply: FastifyReply): void {
-  logAnswer(request.log, undefined, {
-    operation: operationOf(request),
-    method: request.method,
-    url: request.url,
-    status: reply.statusCode,
-    seconds: reply.elapsedTime / 1000,
-  });
+/** Logs a request whose client went away before it was answered. */
+export function logAborted(request: FastifyRequest): void {
+  const path = oneLine(request.url.split('?', 1)[0]!);
+  request.log.info({ operation: operationOf(request), method: request.method, path }, 'request aborted by client');
 }
 
 /** Whether `log` writes lines of `level`; a logger that cannot tell is taken to. */

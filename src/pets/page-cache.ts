@@ -2,7 +2,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import { holdAdmission, type Admission, type Gate } from '../http/auth.js';
 import type { Metrics } from '../http/metrics.js';
-import { logAnswer, readRequestId } from '../http/request-log.js';
+import { recordAnswer } from '../http/answers.js';
+import { readRequestId } from '../http/request-log.js';
 
 /** A page of animals as listPets sent it: the body, its length in bytes and its `Link` to the next page. */
 export interface SentPage {
@@ -100,7 +101,6 @@ const OPERATION = 'listPets';
  * gets that decision with the request instead of counting again.
  */
 export function answerCachedPages({ pages, gate, metrics, log, closing }: CachedPagesDeps) {
-  const answered = metrics.answers.seriesOf(OPERATION, 'GET', 200);
   return function answerCachedPage(request: IncomingMessage, response: ServerResponse): boolean {
     if (request.method !== 'GET') return false;
     const url = request.url!;
@@ -120,7 +120,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     }
     const requestId = readRequestId(request);
     const { rateFields } = admission;
-    // The fields in the order the route sets them (logRequests, guardRequest, authenticate, the route).
+    // The fields in the order the route sets them (observeAnswers, authenticate, the route).
     const headers = ['x-request-id', requestId, 'x-content-type-options', 'nosniff', 'cache-control', 'no-store'];
     if (rateFields) headers.push('ratelimit-policy', rateFields['ratelimit-policy'], 'ratelimit', rateFields.ratelimit);
     headers.push(
@@ -134,8 +134,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     response.writeHead(200, headers);
     response.end(page.body);
     const seconds = (performance.now() - started) / 1000;
-    answered.observe(seconds);
-    logAnswer(log, requestId, { operation: OPERATION, method: 'GET', url, status: 200, seconds });
+    recordAnswer(metrics, log, requestId, { operation: OPERATION, method: 'GET', url, status: 200, seconds });
     return true;
   };
 }
