@@ -181,6 +181,17 @@ export async function startService(
   );
 }
 
+/** bench/minimal.mjs on the SQLite file at `path`: the reference row (see that file). */
+export async function startMinimal(path: string, cpu: number | undefined): Promise<Running> {
+  const port = await freePort();
+  return startProcess(
+    'minimal Fastify + better-sqlite3',
+    ['node', `${ROOT}bench/minimal.mjs`],
+    { PORT: String(port), PETSTORE_DB: path },
+    { cpu, port, probe: '/v1/pets/1' },
+  );
+}
+
 export async function startBare(bodyFile: string, cpu: number | undefined): Promise<Running> {
   const port = await freePort();
   return startProcess(

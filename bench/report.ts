@@ -9,8 +9,8 @@ export interface Measured {
   store: 'bare' | 'SQLite' | 'PostgreSQL';
   pets: number;
   instances: number;
-  /** An extra configuration, shown apart; none for the service as shipped. */
-  variant?: 'limit-off';
+  /** An extra configuration, or the minimal reference (bench/minimal.mjs), shown apart; none for the service as shipped. */
+  variant?: 'limit-off' | 'minimal';
   workload: string;
   /** Each with the mean req/s of the bare GET samples just before and after it (none for the bare server's own). */
   samples: (Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number })[];
@@ -246,6 +246,18 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
         ...table(rows),
       );
     }
+  }
+
+  const minimalRows = rowsOf('minimal');
+  if (minimalRows.length) {
+    extraLines.push(
+      '',
+      '### Reference, not the service: minimal Fastify + better-sqlite3 (`bench/minimal.mjs`), SQLite, 10,000 pets',
+      '',
+      'One route per operation with a JSON schema, a copy of the same seeded file, `synchronous=FULL`; no key check, rate limit, request log, metrics, page cache or group commit (one fsync per create). "list, limit 20" is read from the database on every request here. What the framework and the database cost before the service adds anything.',
+      '',
+      ...table(minimalRows),
+    );
   }
 
   const cpu = cpus();

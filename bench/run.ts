@@ -1,14 +1,14 @@
 // `npm run bench`: the built service against a bare node:http server, in interleaved rounds.
 // Options: --pets 10000[,1000000] --rounds 3 --duration 5 --warmup 1 --quick --postgres / --no-postgres
 // --node-options '<flags for the service, after those of npm start>'
-import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import { encodeCursor } from '../src/pets/cursor.js';
 import { drive, hasWrk, type Load, type Sample } from './load.js';
-import { pinning, SHIPPED_ENV, startBare, startService, type Running } from './processes.js';
+import { pinning, SHIPPED_ENV, startBare, startMinimal, startService, type Running } from './processes.js';
 import { writeReport, type Measured, type RunInfo } from './report.js';
 import { reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
@@ -74,8 +74,11 @@ const ALL: WorkloadName[] = [...READS, ...WRITES];
 interface Target {
   id: string;
   store: 'bare' | 'SQLite' | 'PostgreSQL';
-  /** What the service's environment changes from the shipped defaults; none for the rows that judge the targets. */
-  variant?: 'limit-off';
+  /**
+   * What the service's environment changes from the shipped defaults, or `minimal`: not the
+   * service but bench/minimal.mjs; none for the rows that judge the targets.
+   */
+  variant?: 'limit-off' | 'minimal';
   pets: number;
   instances: Running[];
   workloads: WorkloadName[];
@@ -86,7 +89,7 @@ interface Target {
 const temp = mkdtempSync(join(tmpdir(), 'petstore-bench-'));
 const targets: Target[] = [];
 const startedRss: RunInfo['startedRss'] = [];
-const limitOff: Target[] = [];
+const extras: Target[] = [];
 // Each service's standard output (its request log) goes to a file of its own.
 const logFile = (name: string) => join(temp, `${name}.log`);
 const cleanups: (() => Promise<void>)[] = [];
@@ -128,13 +131,27 @@ async function main() {
         nodeFlags,
       );
       cleanups.push(off.stop);
-      limitOff.push({
+      extras.push({
         id: 'sqlite-10000-limit-off',
         store: 'SQLite',
         variant: 'limit-off',
         pets,
         instances: [off],
         workloads: ['list', 'pages', 'getPet'],
+        seeded,
+      });
+      // A copy of the seeded file, taken before any workload wrote to it: its creates stay apart.
+      const minimalPath = join(temp, 'minimal.db');
+      copyFileSync(path, minimalPath);
+      const minimal = await startMinimal(minimalPath, SERVER_CPU);
+      cleanups.push(minimal.stop);
+      extras.push({
+        id: 'minimal',
+        store: 'SQLite',
+        variant: 'minimal',
+        pets,
+        instances: [minimal],
+        workloads: ['list', 'pages', 'getPet', 'create'],
         seeded,
       });
     }
@@ -157,7 +174,7 @@ async function main() {
       nodeFlags,
     );
     cleanups.unshift(off.stop);
-    limitOff.push({
+    extras.push({
       id: 'pg-1-limit-off',
       store: 'PostgreSQL',
       variant: 'limit-off',
@@ -184,7 +201,7 @@ async function main() {
   }
 
   // Each extra row runs right after the row it is compared with.
-  for (const extra of limitOff) {
+  for (const extra of extras) {
     const base = targets.findIndex((target) => target.store === extra.store && target.pets === extra.pets);
     targets.splice(base + 1, 0, extra);
   }
