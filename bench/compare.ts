@@ -1,0 +1,126 @@
+// `npm run bench:compare`: what one change costs, in server CPU time per answer, measured the
+// way small differences can be seen on a shared machine: every variant runs at once on the same
+// seeded SQLite file (CPU 1, load from CPU 0), and samples alternate between them, round after
+// round, so a busy moment of the machine falls on all of them; the median of each is reported.
+// CPU time is counted on every thread of the server (`perf stat --per-thread` when perf is
+// installed, else /proc/<pid>/stat), divided by the answers it sent.
+//
+//   npm run bench:compare -- --workload getPet --variant 'shipped:' --variant 'no request log:LOG_LEVEL=warn'
+//   npm run bench:compare -- --variant 'this build:' --variant 'before:main=/tmp/before/dist/main.js'
+//
+// A variant is `label:` then settings separated by spaces: environment variables for the
+// service (as shipped otherwise: SHIPPED_ENV), and `main=<path>` to run another build's
+// dist/main.js. The report goes to standard output and bench/results/compare.md.
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { drive, type Load } from './load.js';
+import { freePort, ROOT, SHIPPED_ENV, START_FLAGS, startProcess, type Running } from './processes.js';
+import { seedSqlite } from './seed.js';
+
+const { values: options } = parseArgs({
+  options: {
+    workload: { type: 'string', default: 'getPet' },
+    variant: { type: 'string', multiple: true, default: [] },
+    rounds: { type: 'string', default: '6' },
+    duration: { type: 'string', default: '3' },
+  },
+});
+const rounds = Number(options.rounds);
+const seconds = Number(options.duration);
+if (options.variant.length < 2) throw new Error("give two or more --variant 'label:settings'");
+
+const temp = mkdtempSync(join(tmpdir(), 'petstore-compare-'));
+process.on('exit', () => rmSync(temp, { recursive: true, force: true }));
+const seeded = seedSqlite(join(temp, 'pets.db'), 10_000);
+
+const loads: Record<string, Load> = {
+  list: { kind: 'get', path: '/v1/pets?limit=20', key: seeded.key },
+  pages: { kind: 'pages', path: '/v1/pets?limit=20', ids: [1, 10_000 - 21], key: seeded.key },
+  getPet: { kind: 'getPet', path: '/v1/pets/1', ids: [1, 10_000], key: seeded.key },
+  create: { kind: 'create', path: '/v1/pets', key: seeded.key },
+};
+const load = loads[options.workload];
+if (!load) throw new Error(`--workload is one of ${Object.keys(loads).join(', ')}`);
+const hasPerf = spawnSync('perf', ['--version']).error === undefined;
+
+/** CPU time of every thread of `server` while `run` goes on, in microseconds. */
+async function cpuDuring(server: Running, run: () => Promise<number>): Promise<{ micros: number; answers: number }> {
+  if (!hasPerf) {
+    const before = server.cpuMicros();
+    const answers = await run();
+    return { micros: server.cpuMicros() - before, answers };
+  }
+  const perf = spawn(
+    'perf',
+    ['stat', '-e', 'task-clock', '--per-thread', '-p', String(server.child.pid), '--', 'sleep', String(seconds)],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  const exited = new Promise((resolve) => perf.on('exit', resolve));
+  let text = '';
+  perf.stderr.on('data', (chunk) => (text += chunk));
+  const answers = await run();
+  await exited;
+  const ms = [...text.matchAll(/([0-9.]+) msec task-clock/g)].reduce((sum, match) => sum + Number(match[1]), 0);
+  return { micros: ms * 1000, answers };
+}
+
+const variants: { label: string; server: Running; perAnswer: number[] }[] = [];
+for (const spec of options.variant) {
+  const colon = spec.indexOf(':');
+  const label = colon < 0 ? spec : spec.slice(0, colon);
+  const settings = Object.fromEntries(
+    (colon < 0 ? '' : spec.slice(colon + 1))
+      .split(' ')
+      .filter(Boolean)
+      .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+  );
+  const { main = `${ROOT}dist/main.js`, ...env } = settings;
+  const port = await freePort();
+  const server = await startProcess(
+    label,
+    ['node', ...START_FLAGS, main, 'serve'],
+    { PORT: String(port), ...SHIPPED_ENV, ...seeded.env, ...env },
+    { cpu: 1, port, probe: '/healthz', logFile: join(temp, `${variants.length}.log`) },
+  );
+  variants.push({ label, server, perAnswer: [] });
+}
+try {
+  for (const { server } of variants) await drive(load, [server.port], 2);
+  for (let round = 1; round <= rounds; round++) {
+    for (const variant of variants) {
+      const { micros, answers } = await cpuDuring(variant.server, async () => {
+        const sample = await drive(load, [variant.server.port], seconds);
+        return sample.rps * seconds;
+      });
+      variant.perAnswer.push(micros / answers);
+      variant.server.trimLog();
+    }
+    process.stderr.write(`round ${round}/${rounds}\n`);
+  }
+} finally {
+  for (const { server } of variants) await server.stop();
+}
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const first = median(variants[0]!.perAnswer);
+const lines = [
+  '# Compare: latest run',
+  '',
+  `Written by \`npm run bench:compare -- ${process.argv.slice(2).join(' ')}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, Node ${process.version}.`,
+  '',
+  `Workload ${options.workload} on SQLite (10,000 pets), ${rounds} rounds of ${seconds} s per variant, alternating; server CPU time (${hasPerf ? '`perf stat --per-thread`, every thread' : '/proc/<pid>/stat'}) per answer.`,
+  '',
+  '| variant | median µs per answer | against the first | every round |',
+  '|---|---:|---:|---|',
+  ...variants.map(({ label, perAnswer }) => {
+    const value = median(perAnswer);
+    const change = ((value / first - 1) * 100).toFixed(1);
+    return `| ${label} | ${value.toFixed(1)} | ${Number(change) > 0 ? '+' : ''}${change}% | ${perAnswer.map((v) => v.toFixed(0)).join(' ')} |`;
+  }),
+  '',
+];
+writeFileSync(`${ROOT}bench/results/compare.md`, lines.join('\n'));
+process.stdout.write(lines.join('\n'));
