@@ -10,7 +10,12 @@ import { echoRequestId, logAborted, logAnswer, type Answer } from './request-log
  * the router's refusals (`frameworkErrors`) and the page cache in front of Fastify.
  * `reqId` is given when `log` is not the request's own logger.
  */
-export function recordAnswer(metrics: Metrics, log: FastifyBaseLogger, reqId: string | undefined, answer: Answer) {
+export function recordAnswer(
+  metrics: Metrics,
+  log: FastifyBaseLogger,
+  reqId: string | undefined,
+  answer: Answer,
+): void {
   metrics.answers.observe(answer.operation, answer.method, answer.status, answer.seconds);
   logAnswer(log, reqId, answer);
 }
