@@ -181,26 +181,25 @@ export async function startService(
   );
 }
 
-/** bench/minimal.mjs on the SQLite file at `path`: the reference row (see that file). */
-export async function startMinimal(path: string, cpu: number | undefined): Promise<Running> {
+/** One of the bench's own plain-JavaScript servers (`bench/<script>`), on bare node. */
+async function startScript(
+  name: string,
+  script: string,
+  env: Record<string, string>,
+  probe: string,
+  cpu: number | undefined,
+): Promise<Running> {
   const port = await freePort();
-  return startProcess(
-    'minimal Fastify + better-sqlite3',
-    ['node', `${ROOT}bench/minimal.mjs`],
-    { PORT: String(port), PETSTORE_DB: path },
-    { cpu, port, probe: '/v1/pets/1' },
-  );
+  return startProcess(name, ['node', `${ROOT}bench/${script}`], { PORT: String(port), ...env }, { cpu, port, probe });
 }
 
-export async function startBare(bodyFile: string, cpu: number | undefined): Promise<Running> {
-  const port = await freePort();
-  return startProcess(
-    'bare node:http',
-    ['node', `${ROOT}bench/bare.mjs`],
-    { PORT: String(port), BODY_FILE: bodyFile },
-    { cpu, port, probe: '/' },
-  );
-}
+/** bench/minimal.mjs on the SQLite file at `path`: the reference row (see that file). */
+export const startMinimal = (path: string, cpu: number | undefined) =>
+  startScript('minimal Fastify + better-sqlite3', 'minimal.mjs', { PETSTORE_DB: path }, '/v1/pets/1', cpu);
+
+/** bench/bare.mjs answering every GET with the bytes of `bodyFile`: the ceiling every ratio divides by. */
+export const startBare = (bodyFile: string, cpu: number | undefined) =>
+  startScript('bare node:http', 'bare.mjs', { BODY_FILE: bodyFile }, '/', cpu);
 
 /** Runs `petstore <args>` to completion and returns its standard output. */
 export function runPetstore(args: string[], env: Record<string, string>): string {
