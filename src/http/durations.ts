@@ -141,9 +141,20 @@ export class Durations {
  * `petstore_http_requests_total` and `petstore_http_request_duration_seconds`.
  */
 export class AnswerMetrics extends Durations {
+  // Operation, then method, then status: finding an answer's series builds no key string.
+  readonly #byAnswer = new Map<string, Map<string, Map<number, Series>>>();
+
   /** Counts one answered request that took `seconds`. */
   observe(operation: string, method: string, status: number, seconds: number): void {
-    const key = `${operation} ${method} ${status}`;
-    (this.find(key) ?? this.add(key, { operation, method, status: String(status) })).observe(seconds);
+    let byMethod = this.#byAnswer.get(operation);
+    if (!byMethod) this.#byAnswer.set(operation, (byMethod = new Map()));
+    let byStatus = byMethod.get(method);
+    if (!byStatus) byMethod.set(method, (byStatus = new Map()));
+    let series = byStatus.get(status);
+    if (!series) {
+      series = this.add(`${operation} ${method} ${status}`, { operation, method, status: String(status) });
+      byStatus.set(status, series);
+    }
+    series.observe(seconds);
   }
 }
