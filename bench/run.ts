@@ -101,6 +101,25 @@ const describeSample = (bare: Sample, sample: Sample & { peakRss?: number; cpuMi
   `p99 ${sample.p99Ms} ms, ${sample.cpuMicros?.toFixed(0) ?? 'n/a'} µs CPU per answer, ` +
   `peak RSS ${sample.peakRss === undefined ? 'n/a' : (sample.peakRss / 1048576).toFixed(0)} MB`;
 
+/**
+ * The 10,000-pet store of `store` served again with the per-key limit off (`id` in the report),
+ * sampled right after the shipped row of each read workload: what counting the limit costs.
+ */
+async function addLimitOff(id: string, store: 'SQLite' | 'PostgreSQL', seeded: Seeded): Promise<void> {
+  const off = await startService(`${id}`, { ...seeded.env, ...LIMIT_OFF_ENV }, SERVER_CPU, logFile(id), nodeFlags);
+  // Stopped before anything else is cleaned up: a PostgreSQL schema is dropped only after.
+  cleanups.unshift(off.stop);
+  extras.push({
+    id,
+    store,
+    variant: 'limit-off',
+    pets: 10_000,
+    instances: [off],
+    workloads: ['list', 'pages', 'getPet'],
+    seeded,
+  });
+}
+
 async function main() {
   log(
     `load from ${hasWrk() ? 'wrk' : 'autocannon (wrk not found)'}; ${pinning() ? 'pinned with taskset' : 'no taskset'}`,
@@ -123,23 +142,7 @@ async function main() {
     });
     if (pets === 10_000) {
       // Reads only: this second process on the same file never writes.
-      const off = await startService(
-        'SQLite 10000, rate limit off',
-        { ...seeded.env, ...LIMIT_OFF_ENV },
-        SERVER_CPU,
-        logFile('sqlite-limit-off'),
-        nodeFlags,
-      );
-      cleanups.push(off.stop);
-      extras.push({
-        id: 'sqlite-10000-limit-off',
-        store: 'SQLite',
-        variant: 'limit-off',
-        pets,
-        instances: [off],
-        workloads: ['list', 'pages', 'getPet'],
-        seeded,
-      });
+      await addLimitOff('sqlite-10000-limit-off', 'SQLite', seeded);
       // A copy of the seeded file, taken before any workload wrote to it: its creates stay apart.
       const minimalPath = join(temp, 'minimal.db');
       copyFileSync(path, minimalPath);
@@ -166,23 +169,7 @@ async function main() {
     const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, logFile('pg-1'), nodeFlags);
     cleanups.unshift(one.stop);
     targets.push({ id: 'pg-1', store: 'PostgreSQL', pets: 10_000, instances: [one], workloads: ALL, seeded });
-    const off = await startService(
-      'PostgreSQL, rate limit off',
-      { ...seeded.env, ...LIMIT_OFF_ENV },
-      SERVER_CPU,
-      logFile('pg-limit-off'),
-      nodeFlags,
-    );
-    cleanups.unshift(off.stop);
-    extras.push({
-      id: 'pg-1-limit-off',
-      store: 'PostgreSQL',
-      variant: 'limit-off',
-      pets: 10_000,
-      instances: [off],
-      workloads: ['list', 'pages', 'getPet'],
-      seeded,
-    });
+    await addLimitOff('pg-1-limit-off', 'PostgreSQL', seeded);
     const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, logFile('pg-2a'), nodeFlags);
     const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, logFile('pg-2b'), nodeFlags);
     cleanups.unshift(a.stop, b.stop);
