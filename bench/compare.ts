@@ -3,18 +3,23 @@
 // seeded SQLite file (CPU 1, load from CPU 0), and samples alternate between them, round after
 // round, so a busy moment of the machine falls on all of them; the median of each is reported.
 // CPU time is counted on every thread of the server (`perf stat --per-thread` when perf is
-// installed, else /proc/<pid>/stat), divided by the answers it sent.
+// installed, else /proc/<pid>/stat), divided by the answers it sent; with it each sample's p99
+// latency and peak RSS (VmHWM, reset before each sample). `--pause <s>` leaves every server idle
+// that long before each sample, as a service sits between bursts.
 //
 //   npm run bench:compare -- --workload getPet --variant 'shipped:' --variant 'no request log:LOG_LEVEL=warn'
 //   npm run bench:compare -- --variant 'this build:' --variant 'before:main=/tmp/before/dist/main.js'
 //
 // A variant is `label:` then settings separated by spaces: environment variables for the
-// service (as shipped otherwise: SHIPPED_ENV), and `main=<path>` to run another build's
-// dist/main.js. The report goes to standard output and bench/results/compare.md.
+// service (as shipped otherwise: SHIPPED_ENV), `main=<path>` to run another build's
+// dist/main.js, and `flags=<a>,<b>` for node's flags instead of npm start's (`flags=` for none).
+// The report goes to standard output and bench/results/compare.md (compare-<name>.md with
+// `--out <name>`).
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { drive, type Load } from './load.js';
 import { freePort, ROOT, SHIPPED_ENV, START_FLAGS, startProcess, type Running } from './processes.js';
@@ -26,10 +31,15 @@ const { values: options } = parseArgs({
     variant: { type: 'string', multiple: true, default: [] },
     rounds: { type: 'string', default: '6' },
     duration: { type: 'string', default: '3' },
+    // Idle seconds before every sample, all servers quiet: what happens to a service left idle.
+    pause: { type: 'string', default: '0' },
+    // The report's file in bench/results: compare-<out>.md; compare.md without it.
+    out: { type: 'string' },
   },
 });
 const rounds = Number(options.rounds);
 const seconds = Number(options.duration);
+const pause = Number(options.pause);
 if (options.variant.length < 2) throw new Error("give two or more --variant 'label:settings'");
 
 const temp = mkdtempSync(join(tmpdir(), 'petstore-compare-'));
@@ -67,7 +77,14 @@ async function cpuDuring(server: Running, run: () => Promise<number>): Promise<{
   return { micros: ms * 1000, answers };
 }
 
-const variants: { label: string; server: Running; perAnswer: number[] }[] = [];
+interface Variant {
+  label: string;
+  server: Running;
+  perAnswer: number[];
+  peaks: number[];
+  p99s: number[];
+}
+const variants: Variant[] = [];
 for (const spec of options.variant) {
   const colon = spec.indexOf(':');
   const label = colon < 0 ? spec : spec.slice(0, colon);
@@ -77,25 +94,30 @@ for (const spec of options.variant) {
       .filter(Boolean)
       .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
   );
-  const { main = `${ROOT}dist/main.js`, ...env } = settings;
+  const { main = `${ROOT}dist/main.js`, flags, ...env } = settings;
+  const nodeFlags = flags === undefined ? START_FLAGS : flags.split(',').filter(Boolean);
   const port = await freePort();
   const server = await startProcess(
     label,
-    ['node', ...START_FLAGS, main, 'serve'],
+    ['node', ...nodeFlags, main, 'serve'],
     { PORT: String(port), ...SHIPPED_ENV, ...seeded.env, ...env },
     { cpu: 1, port, probe: '/healthz', logFile: join(temp, `${variants.length}.log`) },
   );
-  variants.push({ label, server, perAnswer: [] });
+  variants.push({ label, server, perAnswer: [], peaks: [], p99s: [] });
 }
 try {
   for (const { server } of variants) await drive(load, [server.port], 2);
   for (let round = 1; round <= rounds; round++) {
     for (const variant of variants) {
+      if (pause > 0) await sleep(pause * 1000);
+      variant.server.resetPeak();
       const { micros, answers } = await cpuDuring(variant.server, async () => {
         const sample = await drive(load, [variant.server.port], seconds);
+        variant.p99s.push(sample.p99Ms);
         return sample.rps * seconds;
       });
       variant.perAnswer.push(micros / answers);
+      variant.peaks.push(variant.server.peakRss() ?? NaN);
       variant.server.trimLog();
     }
     process.stderr.write(`round ${round}/${rounds}\n`);
@@ -106,21 +128,30 @@ try {
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const first = median(variants[0]!.perAnswer);
+const mb = (bytes: number) => (bytes / 2 ** 20).toFixed(0);
+const quoted = (arg: string) => (/[\s']/.test(arg) ? `'${arg.replaceAll("'", "'\\''")}'` : arg);
+const sampling = [
+  `${rounds} rounds of ${seconds} s per variant, alternating`,
+  ...(pause > 0 ? [`every sample after ${pause} s with all servers idle`] : []),
+];
 const lines = [
-  '# Compare: latest run',
+  `# Compare${options.out ? `: ${options.out}` : ''}`,
   '',
-  `Written by \`npm run bench:compare -- ${process.argv.slice(2).join(' ')}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, Node ${process.version}.`,
+  `Written by \`npm run bench:compare -- ${process.argv.slice(2).map(quoted).join(' ')}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, Node ${process.version}.`,
   '',
-  `Workload ${options.workload} on SQLite (10,000 pets), ${rounds} rounds of ${seconds} s per variant, alternating; server CPU time (${hasPerf ? '`perf stat --per-thread`, every thread' : '/proc/<pid>/stat'}) per answer.`,
+  `Workload ${options.workload} on SQLite (10,000 pets), ${sampling.join(', ')}. Server CPU time per answer (${hasPerf ? '`perf stat --per-thread`, every thread' : '/proc/<pid>/stat'}); p99 latency; peak RSS (VmHWM, reset before each sample). Medians over the rounds, and the highest peak.`,
   '',
-  '| variant | median µs per answer | against the first | every round |',
-  '|---|---:|---:|---|',
-  ...variants.map(({ label, perAnswer }) => {
+  '| variant | µs per answer | against the first | every round | p99 ms | peak RSS MB | highest |',
+  '|---|---:|---:|---|---:|---:|---:|',
+  ...variants.map(({ label, perAnswer, peaks, p99s }) => {
     const value = median(perAnswer);
     const change = ((value / first - 1) * 100).toFixed(1);
-    return `| ${label} | ${value.toFixed(1)} | ${Number(change) > 0 ? '+' : ''}${change}% | ${perAnswer.map((v) => v.toFixed(0)).join(' ')} |`;
+    const rounds = perAnswer.map((v) => v.toFixed(0)).join(' ');
+    const cells = [label, value.toFixed(1), `${Number(change) > 0 ? '+' : ''}${change}%`, rounds];
+    cells.push(median(p99s).toFixed(2), mb(median(peaks)), mb(Math.max(...peaks)));
+    return `| ${cells.join(' | ')} |`;
   }),
   '',
 ];
-writeFileSync(`${ROOT}bench/results/compare.md`, lines.join('\n'));
+writeFileSync(`${ROOT}bench/results/compare${options.out ? `-${options.out}` : ''}.md`, lines.join('\n'));
 process.stdout.write(lines.join('\n'));

@@ -1,16 +1,9 @@
 import { Buffer } from 'node:buffer';
-import { setFlagsFromString } from 'node:v8';
 
-// Memory settings of the service's process, measured with `npm run bench` (bench/README.md).
-// Imported first by main.ts, before anything allocates much. V8's memory reducer is set up with
-// the heap, before any of this runs: `--no-memory-reducer` is on node's command line instead
-// (package.json's start and petstore scripts; docs/configuration.md "The command line").
-
-// Under load V8 doubles its young generation step by step up to 3 × 16 MB, which alone takes
-// peak RSS past 100 MB; kept at its starting size, the benchmark shows the same throughput
-// and a peak near 90 MB. A semi-space size given on the command line or in NODE_OPTIONS wins.
-const given = [...process.execArgv, process.env.NODE_OPTIONS ?? ''].some((flag) => flag.includes('semi-space'));
-if (!given) setFlagsFromString('--semi-space-growth-factor=1');
+// Memory settings of the service's process, measured with `npm run bench:compare`
+// (bench/README.md). Imported first by main.ts, before anything allocates much. The V8 settings
+// are on node's command line (package.json's start and petstore scripts; docs/configuration.md
+// "The command line"), since V8 reads them when it sets up its heap.
 
 // Node cuts small Buffers (every request body, among others) out of shared 8 KB slabs. The
 // current slab lives while some hundred bodies are cut from it, long enough to be promoted to
