@@ -71,7 +71,7 @@ test('npm start, npm run petstore and the bench run node with the same flags', (
   const { scripts } = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
   const flags = START_FLAGS.join(' ');
   assert.match(flags, /--no-memory-reducer/);
-  assert.match(flags, /--semi-space-growth-factor=1/);
+  assert.match(flags, /--max-semi-space-size=2/);
   assert.equal(scripts.start, `exec node ${flags} dist/main.js serve`);
   assert.equal(scripts.petstore, `exec node ${flags} dist/main.js`);
   // BusyBox's env (Alpine) has no -S: the command's own first line cannot carry a flag.
