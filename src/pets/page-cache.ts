@@ -3,6 +3,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { holdAdmission, type Admission, type Gate } from '../http/auth.js';
 import type { Metrics } from '../http/metrics.js';
 import { recordAnswer } from '../http/answers.js';
+import { NO_STORE, NOSNIFF } from '../http/limits.js';
 import { readRequestId } from '../http/request-log.js';
 
 /** A page of animals as listPets sent it: the body, its length in bytes and its `Link` to the next page. */
@@ -121,7 +122,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     const requestId = readRequestId(request);
     const { rateFields } = admission;
     // The fields in the order the route sets them (observeAnswers, authenticate, the route).
-    const headers = ['x-request-id', requestId, 'x-content-type-options', 'nosniff', 'cache-control', 'no-store'];
+    const headers: string[] = ['x-request-id', requestId, ...NOSNIFF, ...NO_STORE];
     if (rateFields) headers.push('ratelimit-policy', rateFields['ratelimit-policy'], 'ratelimit', rateFields.ratelimit);
     headers.push(
       'link',
