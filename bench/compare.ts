@@ -21,8 +21,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
-import { drive, type Load } from './load.js';
-import { freePort, ROOT, SHIPPED_ENV, START_FLAGS, startProcess, type Running } from './processes.js';
+import { drive, workload, workloadName } from './load.js';
+import { ROOT, startService, type Running } from './processes.js';
+import { median } from './report.js';
 import { seedSqlite } from './seed.js';
 
 const { values: options } = parseArgs({
@@ -46,14 +47,7 @@ const temp = mkdtempSync(join(tmpdir(), 'petstore-compare-'));
 process.on('exit', () => rmSync(temp, { recursive: true, force: true }));
 const seeded = seedSqlite(join(temp, 'pets.db'), 10_000);
 
-const loads: Record<string, Load> = {
-  list: { kind: 'get', path: '/v1/pets?limit=20', key: seeded.key },
-  pages: { kind: 'pages', path: '/v1/pets?limit=20', ids: [1, 10_000 - 21], key: seeded.key },
-  getPet: { kind: 'getPet', path: '/v1/pets/1', ids: [1, 10_000], key: seeded.key },
-  create: { kind: 'create', path: '/v1/pets', key: seeded.key },
-};
-const load = loads[options.workload];
-if (!load) throw new Error(`--workload is one of ${Object.keys(loads).join(', ')}`);
+const load = workload(workloadName(options.workload), 10_000, seeded.key);
 const hasPerf = spawnSync('perf', ['--version']).error === undefined;
 
 /** CPU time of every thread of `server` while `run` goes on, in microseconds. */
@@ -94,15 +88,11 @@ for (const spec of options.variant) {
       .filter(Boolean)
       .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
   );
-  const { main = `${ROOT}dist/main.js`, flags, ...env } = settings;
-  const nodeFlags = flags === undefined ? START_FLAGS : flags.split(',').filter(Boolean);
-  const port = await freePort();
-  const server = await startProcess(
-    label,
-    ['node', ...nodeFlags, main, 'serve'],
-    { PORT: String(port), ...SHIPPED_ENV, ...seeded.env, ...env },
-    { cpu: 1, port, probe: '/healthz', logFile: join(temp, `${variants.length}.log`) },
-  );
+  const { main, flags, ...env } = settings;
+  const server = await startService(label, { ...seeded.env, ...env }, 1, join(temp, `${variants.length}.log`), {
+    ...(flags !== undefined && { flags: flags.split(',').filter(Boolean) }),
+    ...(main !== undefined && { main }),
+  });
   variants.push({ label, server, perAnswer: [], peaks: [], p99s: [] });
 }
 try {
@@ -126,7 +116,6 @@ try {
   for (const { server } of variants) await server.stop();
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const first = median(variants[0]!.perAnswer);
 const mb = (bytes: number) => (bytes / 2 ** 20).toFixed(0);
 const quoted = (arg: string) => (/[\s']/.test(arg) ? `'${arg.replaceAll("'", "'\\''")}'` : arg);

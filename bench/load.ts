@@ -16,6 +16,40 @@ export interface Load {
   key?: string;
 }
 
+export const WORKLOAD_NAMES = ['list', 'filtered', 'deep', 'pages', 'getPet', 'create', 'mix'] as const;
+export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
+
+/** `name` as a workload, or an error that lists them. */
+export function workloadName(name: string): WorkloadName {
+  const found = WORKLOAD_NAMES.find((known) => known === name);
+  if (!found) throw new Error(`a workload is one of ${WORKLOAD_NAMES.join(', ')}, not ${name}`);
+  return found;
+}
+
+/** The request `name` sends to a store seeded with `pets` animals, with the API key `key`. */
+export function workload(name: WorkloadName, pets: number, key: string): Load {
+  switch (name) {
+    case 'list':
+      return { kind: 'get', path: '/v1/pets?limit=20', key };
+    case 'filtered':
+      return { kind: 'get', path: '/v1/pets?limit=20&status=pending', key };
+    case 'deep':
+      return {
+        kind: 'get',
+        path: `/v1/pets?limit=20&cursor=${encodeCursor({ afterId: BigInt(pets - 50), status: undefined })}`,
+        key,
+      };
+    case 'pages':
+      return { kind: 'pages', path: '/v1/pets?limit=20', ids: [1, pets - 21], key };
+    case 'getPet':
+      return { kind: 'getPet', path: '/v1/pets/1', ids: [1, pets], key };
+    case 'create':
+      return { kind: 'create', path: '/v1/pets', key };
+    case 'mix':
+      return { kind: 'mix', path: '/v1/pets?limit=20', key };
+  }
+}
+
 export interface Sample {
   rps: number;
   p50Ms: number;

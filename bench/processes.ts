@@ -161,6 +161,12 @@ function tail(file: string, bytes: number): string {
  */
 export const SHIPPED_ENV: Record<string, string> = { PETSTORE_RATE_LIMIT: '1000000000' };
 
+/** How node runs the service: its flags (npm start's by default) and the build's main file. */
+export interface ServiceNode {
+  flags?: string[];
+  main?: string;
+}
+
 /**
  * The built service as `npm start` runs it (`node <START_FLAGS> dist/main.js serve`), with its
  * defaults (SHIPPED_ENV) unless `env` says otherwise; its request log goes to `logFile`.
@@ -170,12 +176,12 @@ export async function startService(
   env: Record<string, string>,
   cpu: number | undefined,
   logFile: string,
-  nodeFlags: string[] = [],
+  { flags = START_FLAGS, main = MAIN }: ServiceNode = {},
 ): Promise<Running> {
   const port = await freePort();
   return startProcess(
     name,
-    ['node', ...START_FLAGS, ...nodeFlags, MAIN, 'serve'],
+    ['node', ...flags, main, 'serve'],
     { PORT: String(port), ...SHIPPED_ENV, ...env },
     { cpu, port, probe: '/healthz', logFile },
   );

@@ -6,8 +6,8 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { drive, type Load } from './load.js';
-import { startService } from './processes.js';
+import { drive, workload, workloadName } from './load.js';
+import { START_FLAGS, startService } from './processes.js';
 import { seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
@@ -30,13 +30,7 @@ const { values: options } = parseArgs({
     postgres: { type: 'boolean', default: false },
   },
 });
-
-const LOADS: Record<string, Omit<Load, 'key'>> = {
-  list: { kind: 'get', path: '/v1/pets?limit=20' },
-  pages: { kind: 'pages', path: '/v1/pets?limit=20', ids: [1, 10_000 - 21] },
-  getPet: { kind: 'getPet', path: '/v1/pets/1', ids: [1, 10_000] },
-  create: { kind: 'create', path: '/v1/pets' },
-};
+const workloads = options.workload.split(',').map(workloadName);
 
 /** The module a frame belongs to: a package name, a file of this service, or what V8 calls it. */
 function moduleOf(url: string, name: string): string {
@@ -101,7 +95,7 @@ const report = [
   `Written by \`npm run bench:profile ${process.argv.slice(2).join(' ')}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC.`,
 ];
 try {
-  for (const name of options.workload.split(',')) {
+  for (const name of workloads) {
     let drop = async () => {};
     let seeded: Seeded;
     if (options.postgres) {
@@ -112,13 +106,11 @@ try {
       seeded = seedSqlite(join(temp, `${name}.db`), 10_000);
     }
     const dir = join(temp, name);
-    const service = await startService(name, seeded.env, 1, join(temp, `${name}.log`), [
-      '--cpu-prof',
-      '--cpu-prof-dir',
-      dir,
-    ]);
+    const service = await startService(name, seeded.env, 1, join(temp, `${name}.log`), {
+      flags: [...START_FLAGS, '--cpu-prof', '--cpu-prof-dir', dir],
+    });
     try {
-      const sample = await drive({ ...LOADS[name]!, key: seeded.key }, [service.port], Number(options.duration));
+      const sample = await drive(workload(name, 10_000, seeded.key), [service.port], Number(options.duration));
       const store = options.postgres ? 'PostgreSQL' : 'SQLite';
       report.push(`\n## ${name} on ${store}: ${Math.round(sample.rps)} req/s under the profiler\n`);
     } finally {

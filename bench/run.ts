@@ -6,9 +6,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
-import { encodeCursor } from '../src/pets/cursor.js';
-import { drive, hasWrk, type Load, type Sample } from './load.js';
-import { pinning, SHIPPED_ENV, startBare, startMinimal, startService, type Running } from './processes.js';
+import { drive, hasWrk, workload, type Sample, type WorkloadName } from './load.js';
+import { pinning, SHIPPED_ENV, START_FLAGS, startBare, startMinimal, startService, type Running } from './processes.js';
 import { writeReport, type Measured, type RunInfo } from './report.js';
 import { reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
@@ -30,6 +29,7 @@ const { values: options } = parseArgs({
 });
 const quick = options.quick;
 const nodeFlags = options['node-options'].split(' ').filter(Boolean);
+const serviceNode = { flags: [...START_FLAGS, ...nodeFlags] };
 const rounds = Number(options.rounds ?? (quick ? 1 : 3));
 const seconds = Number(options.duration ?? (quick ? 2 : 5));
 const warmup = Number(options.warmup ?? 1);
@@ -37,31 +37,6 @@ const warmup = Number(options.warmup ?? 1);
 const petCounts = [...new Set([10_000, ...options.pets.split(',').map(Number)])].sort((a, b) => a - b);
 if (petCounts.some((n) => !Number.isInteger(n) || n < 100) || ![rounds, seconds, warmup].every((n) => n > 0)) {
   throw new Error('--pets takes whole numbers of at least 100; --rounds, --duration and --warmup positive numbers');
-}
-
-export type WorkloadName = 'list' | 'filtered' | 'deep' | 'pages' | 'getPet' | 'create' | 'mix';
-
-function workload(name: WorkloadName, pets: number, key: string): Load {
-  switch (name) {
-    case 'list':
-      return { kind: 'get', path: '/v1/pets?limit=20', key };
-    case 'filtered':
-      return { kind: 'get', path: '/v1/pets?limit=20&status=pending', key };
-    case 'deep':
-      return {
-        kind: 'get',
-        path: `/v1/pets?limit=20&cursor=${encodeCursor({ afterId: BigInt(pets - 50), status: undefined })}`,
-        key,
-      };
-    case 'pages':
-      return { kind: 'pages', path: '/v1/pets?limit=20', ids: [1, pets - 21], key };
-    case 'getPet':
-      return { kind: 'getPet', path: '/v1/pets/1', ids: [1, pets], key };
-    case 'create':
-      return { kind: 'create', path: '/v1/pets', key };
-    case 'mix':
-      return { kind: 'mix', path: '/v1/pets?limit=20', key };
-  }
 }
 
 const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
@@ -106,7 +81,7 @@ const describeSample = (bare: Sample, sample: Sample & { peakRss?: number; cpuMi
  * sampled right after the shipped row of each read workload: what counting the limit costs.
  */
 async function addLimitOff(id: string, store: 'SQLite' | 'PostgreSQL', seeded: Seeded): Promise<void> {
-  const off = await startService(`${id}`, { ...seeded.env, ...LIMIT_OFF_ENV }, SERVER_CPU, logFile(id), nodeFlags);
+  const off = await startService(id, { ...seeded.env, ...LIMIT_OFF_ENV }, SERVER_CPU, logFile(id), serviceNode);
   // Stopped before anything else is cleaned up: a PostgreSQL schema is dropped only after.
   cleanups.unshift(off.stop);
   extras.push({
@@ -128,7 +103,13 @@ async function main() {
     log(`seeding SQLite with ${pets} pets`);
     const path = join(temp, `pets-${pets}.db`);
     const seeded = seedSqlite(path, pets);
-    const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU, logFile(`sqlite-${pets}`), nodeFlags);
+    const service = await startService(
+      `SQLite ${pets}`,
+      seeded.env,
+      SERVER_CPU,
+      logFile(`sqlite-${pets}`),
+      serviceNode,
+    );
     cleanups.push(service.stop);
     if (pets === 10_000) startedRss.push({ name: 'the service on SQLite', bytes: service.peakRss() });
     targets.push({
@@ -166,12 +147,12 @@ async function main() {
     log('seeding PostgreSQL with 10000 pets');
     const seeded = await seedPostgres(POSTGRES_URL, `petstore_bench_${process.pid}`, 10_000);
     cleanups.push(seeded.drop);
-    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, logFile('pg-1'), nodeFlags);
+    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, logFile('pg-1'), serviceNode);
     cleanups.unshift(one.stop);
     targets.push({ id: 'pg-1', store: 'PostgreSQL', pets: 10_000, instances: [one], workloads: ALL, seeded });
     await addLimitOff('pg-1-limit-off', 'PostgreSQL', seeded);
-    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, logFile('pg-2a'), nodeFlags);
-    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, logFile('pg-2b'), nodeFlags);
+    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, logFile('pg-2a'), serviceNode);
+    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, logFile('pg-2b'), serviceNode);
     cleanups.unshift(a.stop, b.stop);
     targets.push({
       id: 'pg-2',
