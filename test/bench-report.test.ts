@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { parseWrk } from '../bench/load.js';
@@ -76,6 +77,33 @@ test('npm start, npm run petstore and the bench run node with the same flags', (
   assert.equal(scripts.petstore, `exec node ${flags} dist/main.js`);
   // BusyBox's env (Alpine) has no -S: the command's own first line cannot carry a flag.
   assert.equal(read('src/main.ts').split('\n', 1)[0], '#!/usr/bin/env node');
+});
+
+// Objects that survive a few collections each, as requests in flight do: V8 grows its young
+// generation under such a load unless a flag bounds it.
+const YOUNG_LOAD = `
+const v8 = require('node:v8');
+const newSpace = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size;
+let largest = newSpace();
+const kept = [];
+for (let i = 0; i < 2e6; i++) {
+  kept.push({ i, text: 'x' + i });
+  if (kept.length > 100000) kept.splice(0, 50000);
+  if (i % 10000 === 0) largest = Math.max(largest, newSpace());
+}
+process.stdout.write(String(largest));`;
+
+const largestYoungGeneration = (flags: string[]) => {
+  const run = spawnSync(process.execPath, [...flags, '-e', YOUNG_LOAD], { encoding: 'utf8' });
+  assert.equal(run.status, 0, run.stderr);
+  return Number(run.stdout);
+};
+
+test("npm start's node flags bound V8's young generation, which grows without them", () => {
+  const MB = 2 ** 20;
+  // A flag V8 takes but does not act on (as --semi-space-growth-factor=1 was) fails this.
+  assert.ok(largestYoungGeneration(START_FLAGS) <= 8 * MB);
+  assert.ok(largestYoungGeneration(START_FLAGS.filter((flag) => !flag.includes('semi-space'))) > 16 * MB);
 });
 
 test('the bench runs the service with its defaults: logs at info, limits counted, only the key limit out of reach', () => {

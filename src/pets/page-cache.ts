@@ -122,7 +122,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     const requestId = readRequestId(request);
     const { rateFields } = admission;
     // The fields in the order the route sets them (observeAnswers, authenticate, the route).
-    const headers: string[] = ['x-request-id', requestId, ...NOSNIFF, ...NO_STORE];
+    const headers: string[] = ['x-request-id', requestId, NOSNIFF[0], NOSNIFF[1], NO_STORE[0], NO_STORE[1]];
     if (rateFields) headers.push('ratelimit-policy', rateFields['ratelimit-policy'], 'ratelimit', rateFields.ratelimit);
     headers.push(
       'link',
