@@ -73,6 +73,7 @@ test('npm start, npm run petstore and the bench run node with the same flags', (
   const flags = START_FLAGS.join(' ');
   assert.match(flags, /--no-memory-reducer/);
   assert.match(flags, /--max-semi-space-size=2/);
+  assert.match(flags, /--no-concurrent-recompilation/);
   assert.equal(scripts.start, `exec node ${flags} dist/main.js serve`);
   assert.equal(scripts.petstore, `exec node ${flags} dist/main.js`);
   // BusyBox's env (Alpine) has no -S: the command's own first line cannot carry a flag.
@@ -104,6 +105,25 @@ test("npm start's node flags bound V8's young generation, which grows without th
   // A flag V8 takes but does not act on (as --semi-space-growth-factor=1 was) fails this.
   assert.ok(largestYoungGeneration(START_FLAGS) <= 8 * MB);
   assert.ok(largestYoungGeneration(START_FLAGS.filter((flag) => !flag.includes('semi-space'))) > 16 * MB);
+});
+
+// A function hot enough for V8 to optimise; --trace-opt names the mode of each compilation.
+const HOT_FUNCTION = `
+function f(x) { return x * 2 + 1; }
+let s = 0;
+for (let i = 0; i < 2e7; i++) s += f(i);
+if (s < 0) throw new Error('unreachable');`;
+
+const compilationModes = (flags: string[]) => {
+  const run = spawnSync(process.execPath, [...flags, '--trace-opt', '-e', HOT_FUNCTION], { encoding: 'utf8' });
+  assert.equal(run.status, 0, run.stderr);
+  return new Set([...run.stdout.matchAll(/\[compiling method .*mode: ConcurrencyMode::(\w+)\]/g)].map((m) => m[1]));
+};
+
+test("npm start's node flags make V8 optimise on the main thread, which it does on helper threads without them", () => {
+  // Helper threads' compilations keep their memory in the threads' malloc arenas (bench/README.md).
+  assert.deepEqual(compilationModes(START_FLAGS), new Set(['kSynchronous']));
+  assert.ok(compilationModes(START_FLAGS.filter((flag) => !flag.includes('recompilation'))).has('kConcurrent'));
 });
 
 test('the bench runs the service with its defaults: logs at info, limits counted, only the key limit out of reach', () => {
