@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
+import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { systemClock, type Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash, scopes, type Scope } from '../keys/keys.js';
@@ -57,17 +57,14 @@ export interface Admission {
   rateFields: RateFields;
 }
 
-export type Admitted = Admission | Promise<Admission>;
-
 /** Who may make a request: the API key check and the rate limits, for every way a request comes in. */
 export interface Gate {
   /**
    * Admits a request with an active, unexpired key that holds `scope`, within its rate limit,
-   * or throws (rejects with) the 401, 403 or 429 to answer. Synchronous when the store remembers
-   * the key. A refused key from an address that sent too many gets 429
-   * instead of 401; a valid key is never refused for what its address sent.
+   * or rejects with the 401, 403 or 429 to answer. A refused key from an address that sent too
+   * many gets 429 instead of 401; a valid key is never refused for what its address sent.
    */
-  admit(address: string, authorization: string | undefined, connection: object, scope: Scope): Admitted;
+  admit(address: string, authorization: string | undefined, connection: object, scope: Scope): Promise<Admission>;
   /**
    * The id of the key in `authorization` when the store remembers it as active and it holds
    * `scope`; undefined when only `admit` can tell. Checks without counting anything.
@@ -118,17 +115,16 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
     return key.id;
   };
 
-  async function lookUp(address: string, token: string, hash: Buffer, scope: Scope): Promise<Admission> {
+  async function lookUp(address: string, token: string, hash: Buffer): Promise<ActiveKey> {
     const found = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
     const key = found && sameHash(found.hash, hash) ? found : undefined;
-    const now = clock.now();
-    if (!key || expired(key, now)) {
+    if (!key || expired(key, clock.now())) {
       throw (
         limits.noteRefusedKey(address) ??
         (key ? expiredKey(key) : refuse('The API key is not valid or has been revoked.', true))
       );
     }
-    return admitKey(permit(key, scope), now);
+    return key;
   }
 
   const remembered = (hash: Buffer, now: number) => {
@@ -137,11 +133,10 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
   };
 
   return {
-    admit(address, authorization, connection, scope) {
+    async admit(address, authorization, connection, scope) {
       const { token, hash } = credentialsOf(authorization, connection);
-      const now = clock.now();
-      const key = remembered(hash, now);
-      return key === undefined ? lookUp(address, token, hash, scope) : admitKey(permit(key, scope), now);
+      const key = remembered(hash, clock.now()) ?? (await lookUp(address, token, hash));
+      return admitKey(permit(key, scope));
     },
     rememberedKey(authorization, connection, scope) {
       let credentials: Credentials;
@@ -157,29 +152,23 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
   };
 }
 
-const HELD = Symbol('admission');
+const REFUSED = Symbol('refused');
 
-type Holding = IncomingMessage & { [HELD]?: () => Admitted };
+type Refused = IncomingMessage & { [REFUSED]?: unknown };
 
 /**
- * Leaves on `request` the admission a step before Fastify already decided (see
- * page-cache.ts), so the key is not checked, nor the request counted, twice.
+ * Leaves on `request` the refusal (a 429) of a step before Fastify that already counted the
+ * request (see page-cache.ts), so the key is not counted twice: the route answers with it.
  */
-export function holdAdmission(request: IncomingMessage, admitted: () => Admitted): void {
-  (request as Holding)[HELD] = admitted;
-}
-
-function letIn(request: FastifyRequest, reply: FastifyReply, { apiKeyId, rateFields }: Admission) {
-  request.apiKeyId = apiKeyId;
-  if (rateFields) reply.headers(rateFields);
+export function holdRefusal(request: IncomingMessage, refusal: unknown): void {
+  (request as Refused)[REFUSED] = refusal;
 }
 
 /**
  * The `onRequest` hook of a route that needs `scope`: it admits a request only with an active,
  * unexpired API key that holds the scope, within its rate limit. It runs before the body is read
  * or validated, so an unauthenticated request is a 401 and an out-of-scope one a 403 whatever
- * else is wrong with it. A callback hook: a request whose key the store remembers waits for no
- * promise.
+ * else is wrong with it.
  *
  * @example
  * const needs = authenticate(gate);
@@ -187,23 +176,16 @@ function letIn(request: FastifyRequest, reply: FastifyReply, { apiKeyId, rateFie
  */
 export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler {
   return (scope) =>
-    function authenticateRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
-      let admitted: Admitted;
-      try {
-        const held = (request.raw as Holding)[HELD];
-        admitted = held
-          ? held()
-          : gate.admit(clientAddress(request), request.headers.authorization, request.raw.socket, scope);
-      } catch (error) {
-        return done(error as Error);
-      }
-      if (!(admitted instanceof Promise)) {
-        letIn(request, reply, admitted);
-        return done();
-      }
-      admitted.then((admission) => {
-        letIn(request, reply, admission);
-        done();
-      }, done);
+    async function authenticateRequest(request: FastifyRequest, reply: FastifyReply) {
+      const refusal = (request.raw as Refused)[REFUSED];
+      if (refusal !== undefined) throw refusal;
+      const { apiKeyId, rateFields } = await gate.admit(
+        clientAddress(request),
+        request.headers.authorization,
+        request.raw.socket,
+        scope,
+      );
+      request.apiKeyId = apiKeyId;
+      if (rateFields) reply.headers(rateFields);
     };
 }

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
-import { holdAdmission, type Admission, type Gate } from '../http/auth.js';
+import { holdRefusal, type Admission, type Gate } from '../http/auth.js';
 import type { Metrics } from '../http/metrics.js';
 import { recordAnswer } from '../http/answers.js';
 import { NO_STORE, NOSNIFF } from '../http/limits.js';
@@ -114,9 +114,7 @@ export function answerCachedPages({ pages, gate, metrics, log, closing }: Cached
     try {
       admission = gate.admitKey(apiKeyId);
     } catch (refusal) {
-      holdAdmission(request, () => {
-        throw refusal;
-      });
+      holdRefusal(request, refusal);
       return false;
     }
     const requestId = readRequestId(request);
