@@ -1,6 +1,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { ApiError } from '../errors.js';
+import { NO_STORE, NOSNIFF } from './limits.js';
 
 function errorFor(code: string | undefined): ApiError {
   switch (code) {
@@ -30,8 +31,8 @@ export function answerClientError(error: Error & { code?: string }, socket: Sock
     `HTTP/1.1 ${apiError.status} ${STATUS_CODES[apiError.status]}\r\n` +
       'Content-Type: application/json; charset=utf-8\r\n' +
       `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-      'Cache-Control: no-store\r\n' +
-      'X-Content-Type-Options: nosniff\r\n' +
+      `${NO_STORE[0]}: ${NO_STORE[1]}\r\n` +
+      `${NOSNIFF[0]}: ${NOSNIFF[1]}\r\n` +
       'Connection: close\r\n\r\n' +
       body,
     () => socket.destroy(),
