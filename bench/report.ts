@@ -138,6 +138,21 @@ function table(rows: { label: string; figures: Figures }[]): string[] {
   ];
 }
 
+/**
+ * The p99 ÷ p50 and peak RSS targets are judged on every workload of the service as shipped on
+ * SQLite, at every store size: the worst of them. Extra configurations and the minimal
+ * reference are not judged.
+ */
+export function worstOfShippedSqlite(
+  rows: (Pick<Measured, 'store' | 'variant'> & { figures: Pick<Figures, 'p50Ms' | 'p99Ms' | 'peakRss'> })[],
+): { worstTail: number; peakRss: number } {
+  const judged = rows.filter((row) => row.store === 'SQLite' && row.variant === undefined);
+  return {
+    worstTail: Math.max(...judged.map((row) => tailOf(row.figures))),
+    peakRss: Math.max(...judged.map((row) => row.figures.peakRss ?? 0)),
+  };
+}
+
 /** Writes bench/results/latest.md and chart.svg, and the summary into docs/benchmark.md; returns the files written. */
 export function writeReport(measured: Measured[], info: RunInfo): string[] {
   const bare = measured.find((m) => m.store === 'bare')!;
@@ -156,9 +171,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
         figures: summarise(m, bareRps),
       }));
 
-  const small = rowsOf('sqlite-10000');
-  const worstTail = Math.max(...small.map((r) => tailOf(r.figures)));
-  const peakRss = Math.max(...small.map((r) => r.figures.peakRss ?? 0));
+  const { worstTail, peakRss } = worstOfShippedSqlite(measured.map((m) => ({ ...m, figures: summarise(m, bareRps) })));
   const larger = [...new Set(measured.filter((m) => m.store === 'SQLite' && m.pets > 10_000).map((m) => m.pets))];
   const walEnd = Math.max(0, ...info.walEnd.map((w) => w.bytes));
 
@@ -182,9 +195,9 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
   const checks: string[] = [
     ...ratioChecks('SQLite', 'sqlite-10000', TARGETS.sqlite),
     Number.isNaN(worstTail)
-      ? `| p99 ≤ ${TARGETS.tail}× p50 (worst SQLite workload) | n/a | **not measured**: a p50 under autocannon's 1 ms resolution; install wrk |`
-      : `| p99 ≤ ${TARGETS.tail}× p50 (worst SQLite workload) | ${worstTail.toFixed(1)}× | ${mark(worstTail <= TARGETS.tail)} |`,
-    `| peak RSS ≤ 100 MB | ${mib(peakRss)} | ${mark(peakRss <= TARGETS.rssBytes)} |`,
+      ? `| p99 ≤ ${TARGETS.tail}× p50 (worst SQLite workload, every store size) | n/a | **not measured**: a p50 under autocannon's 1 ms resolution; install wrk |`
+      : `| p99 ≤ ${TARGETS.tail}× p50 (worst SQLite workload, every store size) | ${worstTail.toFixed(1)}× | ${mark(worstTail <= TARGETS.tail)} |`,
+    `| peak RSS ≤ 100 MB (SQLite, every store size) | ${mib(peakRss)} | ${mark(peakRss <= TARGETS.rssBytes)} |`,
     `| WAL bounded (≤ 16 MB at any point) | ${mib(info.walMax)} max, ${mib(walEnd)} at the end | ${mark(info.walMax <= TARGETS.walBytes)} |`,
     ...ratioChecks('PostgreSQL, one instance', 'pg-1', TARGETS.postgres),
     ...limitChecks,
@@ -216,7 +229,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     SUMMARY_START,
     `SQLite, 10,000 pets, ${CONNECTIONS} connections, ${info.rounds} interleaved ${info.seconds} s rounds (medians); as shipped: ${shippedAs(info)}.`,
     '',
-    ...table([...rowsOf('bare'), ...small]),
+    ...table([...rowsOf('bare'), ...rowsOf('sqlite-10000')]),
     '',
     '| target | measured | |',
     '|---|---:|---|',

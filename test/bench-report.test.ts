@@ -4,7 +4,14 @@ import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { parseWrk } from '../bench/load.js';
 import { SHIPPED_ENV, START_FLAGS } from '../bench/processes.js';
-import { scaleRatio, SUMMARY_END, SUMMARY_START, tailOf } from '../bench/report.js';
+import {
+  scaleRatio,
+  SUMMARY_END,
+  SUMMARY_START,
+  tailOf,
+  worstOfShippedSqlite,
+  type Measured,
+} from '../bench/report.js';
 
 const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
 
@@ -48,6 +55,30 @@ Transfer/sec:     12.00MB
 test('the tail ratio is p99 ÷ p50, and none when p50 reads 0 (autocannon, under 1 ms)', () => {
   assert.equal(tailOf({ p50Ms: 0.8, p99Ms: 3.2 }), 4);
   assert.ok(Number.isNaN(tailOf({ p50Ms: 0, p99Ms: 2 })));
+});
+
+test('p99 ÷ p50 and peak RSS are judged on the shipped service at every SQLite store size, not on extra rows', () => {
+  const MB = 2 ** 20;
+  const row = (
+    store: Measured['store'],
+    p50Ms: number,
+    p99Ms: number,
+    peakRss: number,
+    variant?: Measured['variant'],
+  ) => ({
+    store,
+    variant,
+    figures: { p50Ms, p99Ms, peakRss: peakRss * MB },
+  });
+  const judged = worstOfShippedSqlite([
+    row('SQLite', 1, 4, 98), // 10,000 pets
+    row('SQLite', 2, 14, 103), // 1,000,000 pets: the worst of both
+    row('SQLite', 1, 20, 150, 'limit-off'),
+    row('SQLite', 1, 30, 160, 'minimal'),
+    row('PostgreSQL', 1, 40, 170),
+    row('bare', 1, 50, 180),
+  ]);
+  assert.deepEqual(judged, { worstTail: 7, peakRss: 103 * MB });
 });
 
 test('the larger store is compared round by round: the median of each round’s pair of ratios to bare', () => {
