@@ -163,15 +163,13 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     const found = find(target, workload);
     return found && summarise(found, bareRps);
   };
+  const summarised = measured.map((m) => ({ ...m, figures: summarise(m, bareRps) }));
   const rowsOf = (target: string) =>
-    measured
+    summarised
       .filter((m) => m.target === target)
-      .map((m) => ({
-        label: target === 'bare' ? 'bare node:http GET' : LABELS[m.workload]!,
-        figures: summarise(m, bareRps),
-      }));
+      .map((m) => ({ label: target === 'bare' ? 'bare node:http GET' : LABELS[m.workload]!, figures: m.figures }));
 
-  const { worstTail, peakRss } = worstOfShippedSqlite(measured.map((m) => ({ ...m, figures: summarise(m, bareRps) })));
+  const { worstTail, peakRss } = worstOfShippedSqlite(summarised);
   const larger = [...new Set(measured.filter((m) => m.store === 'SQLite' && m.pets > 10_000).map((m) => m.pets))];
   const walEnd = Math.max(0, ...info.walEnd.map((w) => w.bytes));
 

@@ -9,7 +9,7 @@ const missingHost = () => new ApiError('invalid_request', 'The request is not va
 const uriTooLong = () =>
   new ApiError('uri_too_long', `The request URL is longer than ${URL_LIMIT} bytes; send a shorter one.`);
 
-/** Security fields of every answer, as a name and a value, set by guardRequest and the page cache. */
+/** Security fields of every answer, as a name and a value: guardRequest, the page cache and the parser's raw answers set them. */
 export const NOSNIFF = ['x-content-type-options', 'nosniff'] as const;
 /** API answers are per key and change with every write; the /docs assets may be cached. */
 export const NO_STORE = ['cache-control', 'no-store'] as const;
