@@ -23,7 +23,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { drive, workload, workloadName } from './load.js';
 import { ROOT, startService, type Running } from './processes.js';
-import { median } from './report.js';
+import { median, npmCommand, utcMinute } from './report.js';
 import { seedSqlite } from './seed.js';
 
 const { values: options } = parseArgs({
@@ -118,7 +118,6 @@ try {
 
 const first = median(variants[0]!.perAnswer);
 const mb = (bytes: number) => (bytes / 2 ** 20).toFixed(0);
-const quoted = (arg: string) => (/[\s']/.test(arg) ? `'${arg.replaceAll("'", "'\\''")}'` : arg);
 const sampling = [
   `${rounds} rounds of ${seconds} s per variant, alternating`,
   ...(pause > 0 ? [`every sample after ${pause} s with all servers idle`] : []),
@@ -126,7 +125,7 @@ const sampling = [
 const lines = [
   `# Compare${options.out ? `: ${options.out}` : ''}`,
   '',
-  `Written by \`npm run bench:compare -- ${process.argv.slice(2).map(quoted).join(' ')}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, Node ${process.version}.`,
+  `Written by \`${npmCommand('bench:compare')}\` on ${utcMinute(new Date())} UTC, Node ${process.version}.`,
   '',
   `Workload ${options.workload} on SQLite (10,000 pets), ${sampling.join(', ')}. Server CPU time per answer (${hasPerf ? '`perf stat --per-thread`, every thread' : '/proc/<pid>/stat'}); p99 latency; peak RSS (VmHWM, reset before each sample). Medians over the rounds, and the highest peak.`,
   '',

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { drive, workload, workloadName } from './load.js';
 import { START_FLAGS, startService } from './processes.js';
+import { npmCommand, utcMinute } from './report.js';
 import { seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
@@ -92,7 +93,7 @@ const temp = mkdtempSync(join(tmpdir(), 'petstore-profile-'));
 const report = [
   '# Profile: latest run',
   '',
-  `Written by \`npm run bench:profile ${process.argv.slice(2).join(' ')}\` on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC.`,
+  `Written by \`${npmCommand('bench:profile')}\` on ${utcMinute(new Date())} UTC.`,
 ];
 try {
   for (const name of workloads) {

@@ -73,6 +73,16 @@ const LABELS: Record<string, string> = {
   mix: '90% list / 10% create',
 };
 
+/** The npm command that ran this script with its arguments, quoted for a POSIX shell: what reproduces a report. */
+export function npmCommand(script: string): string {
+  const quoted = (arg: string) => (/[\s'"$`\\]/.test(arg) ? `'${arg.replaceAll("'", "'\\''")}'` : arg);
+  const args = process.argv.slice(2).map(quoted).join(' ');
+  return args ? `npm run ${script} -- ${args}` : `npm run ${script}`;
+}
+
+/** `date` to the minute, as reports print it: 2026-11-25 22:29. */
+export const utcMinute = (date: Date) => date.toISOString().slice(0, 16).replace('T', ' ');
+
 export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const middle = Math.floor(sorted.length / 2);
@@ -275,7 +285,7 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
   const lines = [
     '# Benchmark: latest run',
     '',
-    `Written by \`${info.command}\` on ${info.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC in ${info.minutes.toFixed(1)} minutes.`,
+    `Written by \`${info.command}\` on ${utcMinute(info.startedAt)} UTC in ${info.minutes.toFixed(1)} minutes.`,
     '',
     `- Machine: ${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; shared, so absolute figures are noisy: read the ratios.`,
     `- Load: ${info.loadGenerator}, ${CONNECTIONS} connections${info.pinned ? ', pinned to CPU 0 with the servers on CPU 1 (taskset)' : ', not pinned (no taskset)'}; ${info.warmup} s warm-up per workload, then ${info.rounds} round${info.rounds === 1 ? '' : 's'}, each running every workload in turn on every server for ${info.seconds} s between samples of ${info.seconds} s of the bare server (each server warmed for ${info.warmup} s before its first sample of a round; a workload runs on the 10,000-pet store and the larger one back to back); medians shown, and the larger store's figure over the smaller's is the median of the rounds' pairs.`,

@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import { drive, hasWrk, workload, type Sample, type WorkloadName } from './load.js';
 import { pinning, SHIPPED_ENV, START_FLAGS, startBare, startMinimal, startService, type Running } from './processes.js';
-import { writeReport, type Measured, type RunInfo } from './report.js';
+import { npmCommand, writeReport, type Measured, type RunInfo } from './report.js';
 import { reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const SERVER_CPU = 1;
@@ -265,7 +265,7 @@ async function main() {
   }
   const sqliteTargets = targets.filter((target) => target.store === 'SQLite' && !target.variant);
   const info: RunInfo = {
-    command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim().replace(/ --$/, ''),
+    command: npmCommand('bench'),
     rounds,
     seconds,
     warmup,

@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import { parseWrk } from '../bench/load.js';
 import { SHIPPED_ENV, START_FLAGS } from '../bench/processes.js';
 import {
+  npmCommand,
   scaleRatio,
   SUMMARY_END,
   SUMMARY_START,
@@ -50,6 +51,27 @@ Requests/sec:  10000.50
 Transfer/sec:     12.00MB
 `;
   assert.deepEqual(parseWrk(output), { rps: 10000.5, p50Ms: 0.85, p99Ms: 1200, failures: 12 });
+});
+
+test('a report names the npm command that reproduces it: arguments after --, quoted for the shell', (t) => {
+  const argv = process.argv;
+  t.after(() => (process.argv = argv));
+  process.argv = [
+    'node',
+    'bench/compare.ts',
+    '--workload',
+    'getPet',
+    '--variant',
+    'as shipped:',
+    '--variant',
+    "it's:LOG_LEVEL=warn",
+  ];
+  assert.equal(
+    npmCommand('bench:compare'),
+    `npm run bench:compare -- --workload getPet --variant 'as shipped:' --variant 'it'\\''s:LOG_LEVEL=warn'`,
+  );
+  process.argv = ['node', 'bench/run.ts'];
+  assert.equal(npmCommand('bench'), 'npm run bench');
 });
 
 test('the tail ratio is p99 ÷ p50, and none when p50 reads 0 (autocannon, under 1 ms)', () => {
