@@ -1,25 +1,17 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
-import { LIST_ALL, LIST_BY_STATUS, openSqliteStore } from '../src/store/sqlite.js';
+import { LIST_ALL, LIST_BY_STATUS } from '../src/store/sqlite.js';
+import { tempSqliteStore } from './helpers.js';
 
 // SQLite compiles a statement again on every call when a parameter it plans with is bound anew
 // (see LIST_ALL). Nothing outside SQLite shows a recompilation, so these tests pin the two
 // things that keep it away: no bare `?` where the planner reads it, and the plan unchanged.
 const PLANNED_PARAMETER = /LIMIT\s+\?|status\s*=\s*\?/i;
 
-async function migratedFile(t: { after: (fn: () => void) => void }) {
-  const dir = mkdtempSync(join(tmpdir(), 'petstore-statements-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const path = join(dir, 'petstore.db');
-  const store = openSqliteStore(path);
-  await store.migrate();
-  await store.close();
+async function migratedReader(t: TestContext) {
+  const { path } = await tempSqliteStore(t);
   const db = new Database(path, { readonly: true });
-  db.defaultSafeIntegers(true);
   t.after(() => db.close());
   return db;
 }
@@ -31,7 +23,7 @@ test('the page queries leave no parameter SQLite plans with bare, so each is com
 });
 
 test('the page queries keep the plan of their bare-parameter form: a keyset search, no sort', async (t) => {
-  const db = await migratedFile(t);
+  const db = await migratedReader(t);
   const plan = (sql: string, args: unknown[]) =>
     db
       .prepare(`EXPLAIN QUERY PLAN ${sql}`)

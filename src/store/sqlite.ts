@@ -49,6 +49,8 @@ type PetTuple = [bigint, string, bigint, PetRecord['status']];
  * anew, which better-sqlite3 does on every call: a LIMIT written `?` (SQLite 3.54 sizes the plan
  * to it) and, in a build with STAT4 such as better-sqlite3's, an indexed column compared with `?`
  * (row estimates). `+?` is an expression the planner does not look into; the plan is the same.
+ * (The connection-wide switch, SQLITE_DBCONFIG_ENABLE_QPSG, is not reachable through
+ * better-sqlite3; the store's other statements are not compiled again: unique lookups and literals.)
  */
 export const LIST_ALL = 'SELECT id, name, category_id, status FROM pets WHERE id > ? ORDER BY id LIMIT +?';
 export const LIST_BY_STATUS =
