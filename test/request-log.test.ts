@@ -178,24 +178,26 @@ test('petstore serve writes the request line on standard output', async (t) => {
   assert.ok(!line.includes(key));
 });
 
-test('petstore serve writes every request line still waiting when SIGTERM ends it', async (t) => {
-  const env = childEnv(t);
-  const created = await runCli(['keys', 'create', '--name', 'logs', '--json'], env);
-  const { key } = JSON.parse(created.stdout) as { key: string };
-  const server = await startServer(t, env);
-  const REQUESTS = 200;
-  const responses = await Promise.all(
-    Array.from({ length: REQUESTS }, (_, i) =>
-      fetch(`${server.url}/v1/pets?limit=3`, {
-        headers: { authorization: `Bearer ${key}`, 'x-request-id': `burst-${i}` },
-      }),
-    ),
-  );
-  assert.ok(responses.every((response) => response.status === 200));
-  server.child.kill('SIGTERM');
-  assert.deepEqual(await server.exited, { code: 0, signal: null });
-  await server.waitForOutput(new RegExp(`(?:"reqId":"burst-[0-9]+"[^]*?){${REQUESTS}}`), 2000);
-});
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  test(`petstore serve writes every request line still waiting when ${signal} ends it`, async (t) => {
+    const env = childEnv(t);
+    const created = await runCli(['keys', 'create', '--name', 'logs', '--json'], env);
+    const { key } = JSON.parse(created.stdout) as { key: string };
+    const server = await startServer(t, env);
+    const REQUESTS = 200;
+    const responses = await Promise.all(
+      Array.from({ length: REQUESTS }, (_, i) =>
+        fetch(`${server.url}/v1/pets?limit=3`, {
+          headers: { authorization: `Bearer ${key}`, 'x-request-id': `burst-${i}` },
+        }),
+      ),
+    );
+    assert.ok(responses.every((response) => response.status === 200));
+    server.child.kill(signal);
+    assert.deepEqual(await server.exited, { code: 0, signal: null });
+    await server.waitForOutput(new RegExp(`(?:"reqId":"burst-[0-9]+"[^]*?){${REQUESTS}}`), 2000);
+  });
+}
 
 test('with CORS on, browsers may send X-Request-Id and read it back', async (t) => {
   const { app, call } = await startApp(t, { env: { PETSTORE_CORS_ORIGINS: 'https://shop.example' } });
