@@ -1,5 +1,6 @@
 import cors from '@fastify/cors';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { DestinationStream } from 'pino';
 import { systemClock, type Clock } from './clock.js';
 import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
@@ -32,7 +33,7 @@ export interface AppDeps {
   /** A pino logger; by default one at `config.logLevel` on `logStream`. */
   logger?: FastifyBaseLogger | boolean;
   /** Where the default logger writes its JSON lines; standard output when absent. */
-  logStream?: NodeJS.WritableStream;
+  logStream?: DestinationStream;
 }
 
 /** The whole service, wired. It never listens: `server.ts` does, tests `inject`. */
@@ -43,14 +44,12 @@ export async function buildApp({
   logger,
   logStream,
 }: AppDeps): Promise<FastifyInstance> {
-  const { logger: logOptions, ...requestIds } = loggingOptions(config, logStream);
   let front: FrontListener | undefined;
   const metrics = createMetrics(plainStore);
   const app = Fastify({
     // Cached listPets pages are answered before Fastify's lifecycle: see page-cache.ts.
     serverFactory: serverWithFront(() => front),
-    ...(logger && typeof logger === 'object' ? { loggerInstance: logger } : { logger: logger ?? logOptions }),
-    ...requestIds,
+    ...loggingOptions(config, logger, logStream),
     bodyLimit: BODY_LIMIT,
     // Slow clients are cut off with a 408 (checked every second); the others are not delayed.
     http: {

@@ -7,8 +7,10 @@ import {
   type FastifyRequest,
   type FastifyServerOptions,
 } from 'fastify';
+import type { DestinationStream } from 'pino';
 import type { Config } from '../config.js';
 import { oneLine } from '../errors.js';
+import { standardOutput } from './log-stream.js';
 import { operationOf } from './operation.js';
 
 // A caller's id is kept only when it is short visible ASCII: it lands in logs and a header.
@@ -21,23 +23,30 @@ export function readRequestId(request: IncomingMessage): string {
 }
 
 /**
- * Fastify's logging settings: JSON lines (pino) at `config.logLevel` on `stream` (standard
- * output by default), with `reqId` on every line of a request. Fastify's own two lines per
- * request are off: recordAnswer (answers.ts) writes one, with no header, key or body in it.
+ * Fastify's logging settings. With no `logger` given: JSON lines (pino) at `config.logLevel` on
+ * `stream` (standard output by default: standardOutput), with `reqId` on every line of a
+ * request. Fastify's own two lines per request are off: recordAnswer (answers.ts) writes one,
+ * with no header, key or body in it. A pino logger given is used as it is; `false` logs nothing.
  */
 export function loggingOptions(
   config: Config,
-  stream?: NodeJS.WritableStream,
-): Pick<FastifyServerOptions, 'logger' | 'logController' | 'genReqId'> {
+  logger?: FastifyBaseLogger | boolean,
+  stream?: DestinationStream,
+): Pick<FastifyServerOptions, 'logger' | 'loggerInstance' | 'logController' | 'genReqId'> {
+  const requestIds = {
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'reqId' }),
+    genReqId: readRequestId,
+  };
+  if (typeof logger === 'object') return { loggerInstance: logger, ...requestIds };
+  if (logger !== undefined) return { logger, ...requestIds };
   return {
     logger: {
       level: config.logLevel,
-      ...(stream && { stream }),
+      stream: stream ?? standardOutput(),
       // Defence in depth: no line the service writes names this header, but a future one might.
       redact: ['req.headers.authorization', 'headers.authorization'],
     },
-    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'reqId' }),
-    genReqId: readRequestId,
+    ...requestIds,
   };
 }
 
