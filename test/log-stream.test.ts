@@ -5,9 +5,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { pino } from 'pino';
-import { CHECKED_SONIC_BOOM, rememberTailLength, sonicBoomVersion, standardOutput } from '../src/http/log-stream.js';
+import {
+  CHECKED_SONIC_BOOM,
+  rememberTailLength,
+  sonicBoomVersion,
+  standardOutput,
+  type Destination as PinoDestination,
+} from '../src/http/log-stream.js';
 
-type Destination = ReturnType<typeof pino.destination> & { _bufs: string[]; maxWrite: number };
+/** What these tests read of sonic-boom: the chunks waiting, and their bound. */
+type Destination = PinoDestination & { _bufs: string[]; maxWrite: number };
 
 /** pino's asynchronous destination on a new file, once the file is open. */
 async function fileDestination(t: TestContext, name: string): Promise<{ destination: Destination; path: string }> {
@@ -40,7 +47,7 @@ for (const [name, given] of [
   test(`the remembered chunk length chunks ${name} exactly as sonic-boom does, and writes the same bytes`, async (t) => {
     const plain = await fileDestination(t, 'plain.log');
     const remembering = await fileDestination(t, 'remembering.log');
-    rememberTailLength(remembering.destination as never);
+    rememberTailLength(remembering.destination);
     assert.notEqual(remembering.destination.write, plain.destination.write);
     for (const [i, line] of given.entries()) {
       plain.destination.write(line);
@@ -73,7 +80,7 @@ for (const [name, given] of [
 test('with the chunk length remembered, a line measures itself, not the chunk waiting', async (t) => {
   const measured = async (remember: boolean) => {
     const { destination } = await fileDestination(t, `${remember}.log`);
-    if (remember) rememberTailLength(destination as never);
+    if (remember) rememberTailLength(destination);
     const byteLength = Buffer.byteLength;
     let longest = 0;
     Buffer.byteLength = ((text: string) => {

@@ -4,6 +4,9 @@ import { pino, type DestinationStream } from 'pino';
 /** The sonic-boom release whose `write` rememberTailLength was checked against, line by line. */
 export const CHECKED_SONIC_BOOM = '4.2.1';
 
+/** pino's destination: a sonic-boom. */
+export type Destination = ReturnType<typeof pino.destination>;
+
 /** The parts of a sonic-boom (pino's destination) in string mode that its `write` uses. */
 interface SonicBoomInternals {
   write(data: string): boolean;
@@ -16,7 +19,6 @@ interface SonicBoomInternals {
   _len: number;
   _hwm: number;
   _writing: boolean;
-  _writingBuf: string;
   _actualWrite(): void;
 }
 
@@ -34,7 +36,7 @@ export function sonicBoomVersion(): string {
  */
 export function standardOutput(): DestinationStream {
   const destination = pino.destination({ dest: 1 });
-  if (sonicBoomVersion() === CHECKED_SONIC_BOOM) rememberTailLength(destination as unknown as SonicBoomInternals);
+  if (sonicBoomVersion() === CHECKED_SONIC_BOOM) rememberTailLength(destination);
   return destination;
 }
 
@@ -43,16 +45,18 @@ export function standardOutput(): DestinationStream {
  * measuring that whole chunk's UTF-8 length (`Buffer.byteLength`) to keep it within `maxWrite`.
  * Measuring copies the chunk, a string of joined lines, into a flat one: under load, while a
  * write is in flight, the chunk holds up to 16 KiB, so every line copied kilobytes and left
- * them to the garbage collector (a quarter of the service's allocations under getPet load;
- * bench/README.md). This `write` is sonic-boom's own, step for step, but for that one
+ * them to the garbage collector (bench/README.md, "The request log's destination"). This `write` is sonic-boom's own, step for step, but for that one
  * measurement: the length of the chunk it last filled is remembered, and measured again only
  * when the chunk waiting is another string (sonic-boom's flush and flushSync also put chunks
  * there). Applied only to the release it was checked against (CHECKED_SONIC_BOOM).
  */
-export function rememberTailLength(destination: SonicBoomInternals): void {
+export function rememberTailLength(destination: Destination): void {
   let tail = '';
   let tailBytes = 0;
-  destination.write = function write(this: SonicBoomInternals, line: string): boolean {
+  (destination as unknown as SonicBoomInternals).write = function write(
+    this: SonicBoomInternals,
+    line: string,
+  ): boolean {
     if (this.destroyed) throw new Error('SonicBoom destroyed');
     const data = '' + line;
     const dataLen = Buffer.byteLength(data);
