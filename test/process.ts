@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 
 // The built command, as it is deployed: `npm test` builds it first (the `pretest` script).
-const MAIN = new URL('../dist/main.js', import.meta.url).pathname;
+export const MAIN = new URL('../dist/main.js', import.meta.url).pathname;
 
 /** Environment for a child `petstore`: its own SQLite file, any port, info logs (startServer reads them). */
 export function childEnv(t: TestContext, extra: Record<string, string> = {}): Record<string, string> {

@@ -1,5 +1,5 @@
-import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
+import { STATUS_CODES } from './node-http.js';
 import { ApiError } from '../errors.js';
 import { NO_STORE, NOSNIFF } from './limits.js';
 

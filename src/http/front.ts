@@ -1,5 +1,6 @@
-import { createServer, type IncomingMessage, type ServerOptions, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerOptions, ServerResponse } from 'node:http';
 import type { FastifyServerFactory } from 'fastify';
+import { createServer } from './node-http.js';
 
 /** A request listener that answers some requests itself: true when it did. */
 export type FrontListener = (request: IncomingMessage, response: ServerResponse) => boolean;

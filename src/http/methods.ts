@@ -1,7 +1,8 @@
-import { METHODS, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors.js';
+import { METHODS, ServerResponse } from './node-http.js';
 
 /** Makes every method Node's parser knows routable, so a wrong one is a 405 rather than a 404. */
 export function routeEveryMethod(app: FastifyInstance): void {
