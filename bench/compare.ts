@@ -24,7 +24,9 @@ import { parseArgs } from 'node:util';
 import { drive, workload, workloadName } from './load.js';
 import { ROOT, startService, type Running } from './processes.js';
 import { median, npmCommand, utcMinute } from './report.js';
-import { seedSqlite } from './seed.js';
+import { seedPostgres, seedSqlite, type Seeded } from './seed.js';
+
+const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
 
 const { values: options } = parseArgs({
   options: {
@@ -36,6 +38,7 @@ const { values: options } = parseArgs({
     pause: { type: 'string', default: '0' },
     // The report's file in bench/results: compare-<out>.md; compare.md without it.
     out: { type: 'string' },
+    postgres: { type: 'boolean', default: false },
   },
 });
 const rounds = Number(options.rounds);
@@ -45,9 +48,13 @@ if (options.variant.length < 2) throw new Error("give two or more --variant 'lab
 
 const temp = mkdtempSync(join(tmpdir(), 'petstore-compare-'));
 process.on('exit', () => rmSync(temp, { recursive: true, force: true }));
-const seeded = seedSqlite(join(temp, 'pets.db'), 10_000);
+const seeded: Seeded & { drop?: () => Promise<void> } = options.postgres
+  ? await seedPostgres(POSTGRES_URL, `bench_compare_${process.pid}`, 10_000)
+  : seedSqlite(join(temp, 'pets.db'), 10_000);
+const storeName = options.postgres ? 'PostgreSQL' : 'SQLite';
 
 const load = workload(workloadName(options.workload), 10_000, seeded.key);
+const writes = load.kind === 'create' || load.kind === 'mix';
 const hasPerf = spawnSync('perf', ['--version']).error === undefined;
 
 /** CPU time of every thread of `server` while `run` goes on, in microseconds. */
@@ -77,6 +84,7 @@ interface Variant {
   perAnswer: number[];
   peaks: number[];
   p99s: number[];
+  rates: number[];
 }
 const variants: Variant[] = [];
 for (const spec of options.variant) {
@@ -93,7 +101,7 @@ for (const spec of options.variant) {
     ...(flags !== undefined && { flags: flags.split(',').filter(Boolean) }),
     ...(main !== undefined && { main }),
   });
-  variants.push({ label, server, perAnswer: [], peaks: [], p99s: [] });
+  variants.push({ label, server, perAnswer: [], peaks: [], p99s: [], rates: [] });
 }
 try {
   for (const { server } of variants) await drive(load, [server.port], 2);
@@ -104,16 +112,20 @@ try {
       const { micros, answers } = await cpuDuring(variant.server, async () => {
         const sample = await drive(load, [variant.server.port], seconds);
         variant.p99s.push(sample.p99Ms);
+        variant.rates.push(sample.rps);
         return sample.rps * seconds;
       });
       variant.perAnswer.push(micros / answers);
       variant.peaks.push(variant.server.peakRss() ?? NaN);
       variant.server.trimLog();
+      // The writes' background work (PostgreSQL's checkpoint, autovacuum) done now, not in the next sample.
+      if (writes) await seeded.settle?.();
     }
     process.stderr.write(`round ${round}/${rounds}\n`);
   }
 } finally {
   for (const { server } of variants) await server.stop();
+  await seeded.drop?.();
 }
 
 const first = median(variants[0]!.perAnswer);
@@ -127,11 +139,11 @@ const lines = [
   '',
   `Written by \`${npmCommand('bench:compare')}\` on ${utcMinute(new Date())} UTC, Node ${process.version}.`,
   '',
-  `Workload ${options.workload} on SQLite (10,000 pets), ${sampling.join(', ')}. Server CPU time per answer (${hasPerf ? '`perf stat --per-thread`, every thread' : '/proc/<pid>/stat'}); p99 latency; peak RSS (VmHWM, reset before each sample). Medians over the rounds, and the highest peak.`,
+  `Workload ${options.workload} on ${storeName} (10,000 pets), ${sampling.join(', ')}. Server CPU time per answer (${hasPerf ? '`perf stat --per-thread`, every thread' : '/proc/<pid>/stat'}); answers a second; p99 latency; peak RSS (VmHWM, reset before each sample). Medians over the rounds, and the highest peak.`,
   '',
-  '| variant | µs per answer | against the first | every round | p99 ms | peak RSS MB | highest |',
-  '|---|---:|---:|---|---:|---:|---:|',
-  ...variants.map(({ label, perAnswer, peaks, p99s }) => {
+  '| variant | µs per answer | against the first | every round | req/s | p99 ms | peak RSS MB | highest |',
+  '|---|---:|---:|---|---:|---:|---:|---:|',
+  ...variants.map(({ label, perAnswer, peaks, p99s, rates }) => {
     const value = median(perAnswer);
     const change = ((value / first - 1) * 100).toFixed(1);
     const cells = [
@@ -139,6 +151,7 @@ const lines = [
       value.toFixed(1),
       `${Number(change) > 0 ? '+' : ''}${change}%`,
       perAnswer.map((v) => v.toFixed(0)).join(' '),
+      median(rates).toFixed(0),
       median(p99s).toFixed(2),
       mb(median(peaks)),
       mb(Math.max(...peaks)),

@@ -36,3 +36,48 @@ export function writeInBatches(writeBatch: () => Promise<void>, hasPending: () =
     },
   };
 }
+
+/**
+ * Calls made during one turn of the event loop, run together: `runAll` gets their inputs in the
+ * order of the calls and settles each at the same index. When it throws, every call fails with
+ * its error. Batches are not serialised: one may start while the one before is in flight.
+ *
+ * @example
+ * const insertPet = groupCalls(async (pets) => (await insertAll(pets)).map((value) => ({ status: 'fulfilled', value })));
+ * await Promise.all([insertPet(a), insertPet(b)]); // one runAll([a, b])
+ */
+export function groupCalls<I, O>(runAll: (inputs: I[]) => Promise<PromiseSettledResult<O>[]>) {
+  let queue: { input: I; resolve: (output: O) => void; reject: (error: unknown) => void }[] = [];
+  const running = new Set<Promise<void>>();
+
+  function flush() {
+    const batch = queue;
+    queue = [];
+    if (batch.length === 0) return;
+    const run = runAll(batch.map((call) => call.input)).then(
+      (outcomes) =>
+        batch.forEach((call, i) => {
+          const outcome = outcomes[i];
+          if (outcome?.status === 'fulfilled') call.resolve(outcome.value);
+          else call.reject(outcome ? outcome.reason : new Error(`no outcome for call ${i} of ${batch.length}`));
+        }),
+      (error: unknown) => batch.forEach((call) => call.reject(error)),
+    );
+    running.add(run);
+    void run.finally(() => running.delete(run));
+  }
+
+  return {
+    call: (input: I) =>
+      new Promise<O>((resolve, reject) => {
+        // After the poll phase: every request read from the sockets in this turn joins the batch.
+        if (queue.length === 0) setImmediate(flush);
+        queue.push({ input, resolve, reject });
+      }),
+    /** Runs what is queued now and resolves once no batch is in flight (before closing the pool). */
+    async settle(): Promise<void> {
+      flush();
+      await Promise.all(running);
+    },
+  };
+}

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
+import { groupCalls } from './batches.js';
 import { batchedCounters } from './counters.js';
 import { watchDiskErrors } from './disk-errors.js';
 import { rememberActiveKeys } from './key-memory.js';
@@ -78,6 +79,11 @@ const PET_COLUMNS = 'id, name, category_id, status';
 
 const statements = {
   insertPet: `INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${PET_COLUMNS}`,
+  // The creates of one turn of the event loop in one statement: one round trip, one commit.
+  insertPets:
+    'INSERT INTO pets (name, category_id, status) SELECT name, category_id, status ' +
+    'FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (name, category_id, status, n) ' +
+    `ORDER BY n RETURNING ${PET_COLUMNS}`,
   getPet: `SELECT ${PET_COLUMNS} FROM pets WHERE id = $1`,
   listAll: `SELECT ${PET_COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
   listByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
@@ -186,6 +192,29 @@ function isUnavailable(error: unknown, depth = 0): boolean {
 // 53100 disk_full, 58000 system_error, 58030 io_error: the server cannot write (or read) its files.
 const isDiskError = (error: unknown) =>
   ['53100', '58000', '58030'].includes(String((error as { code?: unknown }).code));
+
+// SQLSTATE class 22 data exception, 23 integrity constraint violation: the row, not the database.
+const refusesRow = (error: unknown) => /^2[23]/.test(String((error as { code?: unknown }).code));
+
+/**
+ * `pets`, each with the stored record made for it. RETURNING gives the rows in the order they
+ * were inserted, which SQL does not promise to be the order given: each row goes back to a pet
+ * with the same fields (pets with the same fields are alike, whichever id each gets).
+ */
+function matchRecords(pets: NewPetRecord[], records: PetRecord[]): PetRecord[] {
+  const fieldsOf = (pet: NewPetRecord) => `${pet.status} ${pet.categoryId} ${pet.name}`;
+  const made = new Map<string, PetRecord[]>();
+  for (const record of records) {
+    const alike = made.get(fieldsOf(record));
+    if (alike) alike.push(record);
+    else made.set(fieldsOf(record), [record]);
+  }
+  return pets.map((pet) => {
+    const record = made.get(fieldsOf(pet))?.shift();
+    if (!record) throw new Error('a created row matches no pet of its batch');
+    return record;
+  });
+}
 
 function translate(error: unknown): unknown {
   return !(error instanceof StoreUnavailableError) && isUnavailable(error) ? new StoreUnavailableError(error) : error;
@@ -321,6 +350,26 @@ export function openPostgresStore(
     }
   };
 
+  const insertOne = async (pet: NewPetRecord) =>
+    toPet((await query<PetRow>('insertPet', [pet.name, pet.categoryId, pet.status])).rows[0]!);
+  // Group commit: the creates of one turn of the event loop share a round trip, a commit and its
+  // WAL flush; each 201 still waits for that commit.
+  const inserts = groupCalls(async (pets: NewPetRecord[]): Promise<PromiseSettledResult<PetRecord>[]> => {
+    if (pets.length === 1) return Promise.allSettled([insertOne(pets[0]!)]);
+    try {
+      const { rows } = await query<PetRow>('insertPets', [
+        pets.map((pet) => pet.name),
+        pets.map((pet) => pet.categoryId),
+        pets.map((pet) => pet.status),
+      ]);
+      return matchRecords(pets, rows.map(toPet)).map((value) => ({ status: 'fulfilled', value }));
+    } catch (error) {
+      // A row the database refuses fails alone, as on SQLite: the others are written one by one.
+      if (!refusesRow(error)) throw error;
+      return Promise.allSettled(pets.map(insertOne));
+    }
+  });
+
   // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
   const probeWrite = async () => {
     const rolledBack = new Error('rolled back');
@@ -390,9 +439,9 @@ export function openPostgresStore(
       await query('ping');
     },
 
+    // Resolves once the statement holding it committed: see inserts.
     async createPet(pet: NewPetRecord) {
-      const { rows } = await query<PetRow>('insertPet', [pet.name, pet.categoryId, pet.status]);
-      return toPet(rows[0]!);
+      return inserts.call(pet);
     },
 
     async createPetOnce(
@@ -485,7 +534,7 @@ export function openPostgresStore(
     },
 
     async close() {
-      closed ??= Promise.all([keyUses.close(), hits.close()]).then(() => pool.end());
+      closed ??= Promise.all([inserts.settle(), keyUses.close(), hits.close()]).then(() => pool.end());
       await closed;
     },
   };
