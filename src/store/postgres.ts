@@ -87,6 +87,16 @@ const statements = {
   getPet: `SELECT ${PET_COLUMNS} FROM pets WHERE id = $1`,
   listAll: `SELECT ${PET_COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
   listByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
+  // The reads of one turn of the event loop in one statement each: one round trip for all.
+  getPets: `SELECT ${PET_COLUMNS} FROM pets WHERE id = ANY($1::bigint[])`,
+  // n: which page of the batch a row belongs to. Each page is its own index range scan.
+  listAllPages:
+    `SELECT q.n, p.* FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS q (after_id, size, n), ` +
+    `LATERAL (SELECT ${PET_COLUMNS} FROM pets WHERE id > q.after_id ORDER BY id LIMIT q.size) AS p ORDER BY q.n, p.id`,
+  listPagesByStatus:
+    `SELECT q.n, p.* FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q (wanted, after_id, size, n), ` +
+    `LATERAL (SELECT ${PET_COLUMNS} FROM pets WHERE status = q.wanted AND id > q.after_id ORDER BY id LIMIT q.size) AS p ` +
+    'ORDER BY q.n, p.id',
   countByStatus: 'SELECT status, count(*) AS count FROM pets GROUP BY status',
   insertKey:
     'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) VALUES ($1, $2, $3, $4, $5, $6) ' +
@@ -142,6 +152,9 @@ const RETRIED = new Set<StatementName>([
   'getPet',
   'listAll',
   'listByStatus',
+  'getPets',
+  'listAllPages',
+  'listPagesByStatus',
   'countByStatus',
   'findKey',
   'listKeys',
@@ -370,6 +383,40 @@ export function openPostgresStore(
     }
   });
 
+  // The reads of one turn, grouped the same way: fewer round trips, and less work per read for
+  // both the driver and the database. One read alone is sent as it always was.
+  const getPets = groupCalls(async (ids: bigint[]): Promise<PromiseSettledResult<PetRecord | undefined>[]> => {
+    if (ids.length === 1) {
+      const { rows } = await query<PetRow>('getPet', [ids[0]]);
+      return [{ status: 'fulfilled', value: rows[0] && toPet(rows[0]) }];
+    }
+    const { rows } = await query<PetRow>('getPets', [ids]);
+    const found = new Map(rows.map((row) => [row.id, toPet(row)]));
+    return ids.map((id) => ({ status: 'fulfilled', value: found.get(id) }));
+  });
+  const pagesOf = async (queries: ListQuery[], rows: Promise<pg.QueryResult<PetRow & { n: bigint }>>) => {
+    const pages = queries.map((): PetRecord[] => []);
+    for (const row of (await rows).rows) pages[Number(row.n) - 1]!.push(toPet(row));
+    return pages.map((value) => ({ status: 'fulfilled', value }) as const);
+  };
+  const listAllPages = groupCalls(async (queries: ListQuery[]): Promise<PromiseSettledResult<PetRecord[]>[]> => {
+    if (queries.length === 1) {
+      const { afterId = 0n, limit } = queries[0]!;
+      return [{ status: 'fulfilled', value: (await query<PetRow>('listAll', [afterId, limit])).rows.map(toPet) }];
+    }
+    const values = [queries.map((q) => q.afterId ?? 0n), queries.map((q) => q.limit)];
+    return pagesOf(queries, query('listAllPages', values));
+  });
+  const listPagesByStatus = groupCalls(async (queries: ListQuery[]): Promise<PromiseSettledResult<PetRecord[]>[]> => {
+    if (queries.length === 1) {
+      const { status, afterId = 0n, limit } = queries[0]!;
+      const { rows } = await query<PetRow>('listByStatus', [status, afterId, limit]);
+      return [{ status: 'fulfilled', value: rows.map(toPet) }];
+    }
+    const values = [queries.map((q) => q.status), queries.map((q) => q.afterId ?? 0n), queries.map((q) => q.limit)];
+    return pagesOf(queries, query('listPagesByStatus', values));
+  });
+
   // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
   const probeWrite = async () => {
     const rolledBack = new Error('rolled back');
@@ -467,15 +514,11 @@ export function openPostgresStore(
     },
 
     async getPet(id: bigint) {
-      const { rows } = await query<PetRow>('getPet', [id]);
-      return rows[0] && toPet(rows[0]);
+      return getPets.call(id);
     },
 
-    async listPets({ status, afterId = 0n, limit }: ListQuery) {
-      const { rows } = status
-        ? await query<PetRow>('listByStatus', [status, afterId, limit])
-        : await query<PetRow>('listAll', [afterId, limit]);
-      return rows.map(toPet);
+    async listPets(list: ListQuery) {
+      return list.status ? listPagesByStatus.call(list) : listAllPages.call(list);
     },
 
     async countPetsByStatus() {
@@ -534,7 +577,14 @@ export function openPostgresStore(
     },
 
     async close() {
-      closed ??= Promise.all([inserts.settle(), keyUses.close(), hits.close()]).then(() => pool.end());
+      closed ??= Promise.all([
+        inserts.settle(),
+        getPets.settle(),
+        listAllPages.settle(),
+        listPagesByStatus.settle(),
+        keyUses.close(),
+        hits.close(),
+      ]).then(() => pool.end());
       await closed;
     },
   };
