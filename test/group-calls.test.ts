@@ -6,7 +6,7 @@ import { groupCalls } from '../src/store/batches.js';
 import type { PetRecord } from '../src/store/store.js';
 import pg from 'pg';
 import { openPostgresStore } from '../src/store/postgres.js';
-import { createPostgresSchema, storeKinds } from './stores.js';
+import { createPostgresSchema, migratedStore, storeKinds } from './stores.js';
 
 const postgres = storeKinds.find((kind) => kind.name === 'PostgreSQL')!;
 
@@ -64,9 +64,7 @@ test(
   'PostgreSQL: getPet and listPets made at the same moment each get what they would alone',
   { skip: postgres.skip },
   async (t) => {
-    const database = await postgres.createDatabase(t);
-    const store = database.open();
-    await store.migrate();
+    const [store] = await migratedStore(postgres, t);
     const statuses: PetStatus[] = ['available', 'pending', 'sold'];
     for (let i = 0; i < 60; i++) {
       await store.createPet({ name: `Pet ${i}`, categoryId: 2n ** 62n + BigInt(i), status: statuses[i % 3]! });

@@ -7,7 +7,7 @@ import Database from 'better-sqlite3';
 import { groupCommits } from '../src/store/group-commit.js';
 import type { PetStatus } from '../src/schemas.js';
 import { startApp, tempSqliteStore } from './helpers.js';
-import { storeKinds } from './stores.js';
+import { migratedStore, storeKinds } from './stores.js';
 
 const postgres = storeKinds.find((kind) => kind.name === 'PostgreSQL')!;
 
@@ -159,9 +159,7 @@ test(
   'PostgreSQL: creates made at the same moment are written by one statement, each with its own id and fields',
   { skip: postgres.skip },
   async (t) => {
-    const database = await postgres.createDatabase(t);
-    const store = database.open();
-    await store.migrate();
+    const [store, database] = await migratedStore(postgres, t);
     // Pets with the same fields too: each still gets an id of its own.
     const pets = Array.from({ length: 200 }, (_, i) => ({
       name: `Pet ${i % 40}`,
@@ -188,9 +186,7 @@ test(
   'PostgreSQL: a create the database refuses fails alone; the others made with it are stored',
   { skip: postgres.skip },
   async (t) => {
-    const database = await postgres.createDatabase(t);
-    const store = database.open();
-    await store.migrate();
+    const [store, database] = await migratedStore(postgres, t);
     const pet = (name: string, status: string) => ({ name, categoryId: 7n, status: status as PetStatus });
     // Refused by the table's CHECK constraint, inside the same statement as the others.
     const outcomes = await Promise.allSettled([
@@ -211,9 +207,7 @@ test(
   'PostgreSQL: closing the store first writes the creates waiting for their statement',
   { skip: postgres.skip },
   async (t) => {
-    const database = await postgres.createDatabase(t);
-    const store = database.open();
-    await store.migrate();
+    const [store, database] = await migratedStore(postgres, t);
     const waiting = [
       store.createPet({ name: 'Rex', categoryId: 7n, status: 'available' }),
       store.createPet({ name: 'Tom', categoryId: 8n, status: 'sold' }),

@@ -10,7 +10,7 @@ import {
   type StoredResponse,
 } from '../src/store/store.js';
 import { manualClock } from './helpers.js';
-import { storeKinds, type TestDatabase } from './stores.js';
+import { migratedStore, storeKinds, type TestDatabase } from './stores.js';
 
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
@@ -37,12 +37,7 @@ for (const kind of storeKinds) {
     // Skipped test by test, so the run's summary counts them.
     const it = (name: string, fn: (t: TestContext) => Promise<void>) => test(name, { skip: kind.skip }, fn);
 
-    async function migrated(t: TestContext): Promise<[Store, TestDatabase]> {
-      const database = await kind.createDatabase(t);
-      const store = database.open();
-      await store.migrate();
-      return [store, database];
-    }
+    const migrated = (t: TestContext) => migratedStore(kind, t);
 
     // SQLite counts animals by status in a trigger-kept table (004); PostgreSQL caches a count.
     const steps =

@@ -203,5 +203,13 @@ const postgres: StoreKind = {
   },
 };
 
+/** A fresh database of `kind` and a store on it, migrated; both gone after the test. */
+export async function migratedStore(kind: StoreKind, t: TestContext): Promise<[Store, TestDatabase]> {
+  const database = await kind.createDatabase(t);
+  const store = database.open();
+  await store.migrate();
+  return [store, database];
+}
+
 /** Every store the contract runs on: SQLite always, PostgreSQL when reachable (and always in CI). */
 export const storeKinds: StoreKind[] = [sqlite, postgres];
