@@ -47,14 +47,18 @@ for (const store of stores) {
 
       for (let cycle = 0; cycle < CYCLES; cycle++) {
         const server = await startServer(t, env);
-        // Any moment once creates flow: mid-statement, mid-commit or between requests.
+        // Any moment once creates flow, counted from the cycle's first 201 (a slow start would
+        // otherwise be killed before any): mid-statement, mid-commit or between requests.
         const killAfterMs = 30 + Math.floor(Math.random() * 400);
         killDelays.push(killAfterMs);
         let killed = false;
-        const timer = setTimeout(() => {
+        const kill = () => {
           killed = true;
           server.child.kill('SIGKILL');
-        }, killAfterMs);
+        };
+        // A server that never acknowledges is killed too, and the count below then fails.
+        let timer = setTimeout(kill, 10_000);
+        let flowing = false;
         const worker = async (w: number) => {
           for (let i = 0; !killed; i++) {
             const name = `c${cycle}-w${w}-${i}`;
@@ -73,6 +77,11 @@ for (const store of stores) {
             }
             assert.equal(response.status, 201, `createPet answered ${response.status}: ${text}`);
             acknowledged.set(BigInt(/"id":(\d+)/.exec(text)![1]!), text);
+            if (!flowing) {
+              flowing = true;
+              clearTimeout(timer);
+              timer = setTimeout(kill, killAfterMs);
+            }
           }
         };
         await Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));

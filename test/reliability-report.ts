@@ -138,9 +138,10 @@ ${fuzzRow('inject PostgreSQL, batches of up to 8')}
 ## Acknowledged writes survive kill -9
 
 \`test/durability.test.ts\`: the real \`petstore serve\` process, eight concurrent clients
-creating animals (categoryId beyond 2^53), killed with SIGKILL at a random moment, restarted,
-several cycles. Then every acknowledged id must be stored with exactly the acknowledged body,
-nothing stored may be something never sent, and the next id must be above every stored one.
+creating animals (categoryId beyond 2^53), killed with SIGKILL at a random moment 30 to 430 ms
+after its first acknowledged create, restarted, several cycles. Then every acknowledged id must
+be stored with exactly the acknowledged body, nothing stored may be something never sent, and
+the next id must be above every stored one.
 
 | store | cycles | acknowledged | stored after restart | lost | kill delays (ms) |
 |---|---|---|---|---|---|
