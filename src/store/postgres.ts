@@ -84,10 +84,7 @@ const statements = {
     'INSERT INTO pets (name, category_id, status) SELECT name, category_id, status ' +
     'FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (name, category_id, status, n) ' +
     `ORDER BY n RETURNING ${PET_COLUMNS}`,
-  getPet: `SELECT ${PET_COLUMNS} FROM pets WHERE id = $1`,
-  listAll: `SELECT ${PET_COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
-  listByStatus: `SELECT ${PET_COLUMNS} FROM pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
-  // The reads of one turn of the event loop in one statement each: one round trip for all.
+  // The reads of one turn of the event loop, one statement per kind: one round trip for all.
   getPets: `SELECT ${PET_COLUMNS} FROM pets WHERE id = ANY($1::bigint[])`,
   // n: which page of the batch a row belongs to. Each page is its own index range scan.
   listAllPages:
@@ -149,9 +146,6 @@ type StatementName = keyof typeof statements;
 
 // Statements that change nothing, or only a rate-limit count, and so may be sent twice.
 const RETRIED = new Set<StatementName>([
-  'getPet',
-  'listAll',
-  'listByStatus',
   'getPets',
   'listAllPages',
   'listPagesByStatus',
@@ -383,39 +377,32 @@ export function openPostgresStore(
     }
   });
 
-  // The reads of one turn, grouped the same way: fewer round trips, and less work per read for
-  // both the driver and the database. One read alone is sent as it always was.
+  // The reads of one turn, grouped the same way (a read alone is a group of one): fewer round
+  // trips, and less work per read for both the driver and the database.
   const getPets = groupCalls(async (ids: bigint[]): Promise<PromiseSettledResult<PetRecord | undefined>[]> => {
-    if (ids.length === 1) {
-      const { rows } = await query<PetRow>('getPet', [ids[0]]);
-      return [{ status: 'fulfilled', value: rows[0] && toPet(rows[0]) }];
-    }
     const { rows } = await query<PetRow>('getPets', [ids]);
     const found = new Map(rows.map((row) => [row.id, toPet(row)]));
     return ids.map((id) => ({ status: 'fulfilled', value: found.get(id) }));
   });
+  // Each row goes back to its page by n, the page's place in the group.
   const pagesOf = async (queries: ListQuery[], rows: Promise<pg.QueryResult<PetRow & { n: bigint }>>) => {
     const pages = queries.map((): PetRecord[] => []);
     for (const row of (await rows).rows) pages[Number(row.n) - 1]!.push(toPet(row));
     return pages.map((value) => ({ status: 'fulfilled', value }) as const);
   };
-  const listAllPages = groupCalls(async (queries: ListQuery[]): Promise<PromiseSettledResult<PetRecord[]>[]> => {
-    if (queries.length === 1) {
-      const { afterId = 0n, limit } = queries[0]!;
-      return [{ status: 'fulfilled', value: (await query<PetRow>('listAll', [afterId, limit])).rows.map(toPet) }];
-    }
-    const values = [queries.map((q) => q.afterId ?? 0n), queries.map((q) => q.limit)];
-    return pagesOf(queries, query('listAllPages', values));
-  });
-  const listPagesByStatus = groupCalls(async (queries: ListQuery[]): Promise<PromiseSettledResult<PetRecord[]>[]> => {
-    if (queries.length === 1) {
-      const { status, afterId = 0n, limit } = queries[0]!;
-      const { rows } = await query<PetRow>('listByStatus', [status, afterId, limit]);
-      return [{ status: 'fulfilled', value: rows.map(toPet) }];
-    }
-    const values = [queries.map((q) => q.status), queries.map((q) => q.afterId ?? 0n), queries.map((q) => q.limit)];
-    return pagesOf(queries, query('listPagesByStatus', values));
-  });
+  const listAllPages = groupCalls((queries: ListQuery[]) =>
+    pagesOf(queries, query('listAllPages', [queries.map((q) => q.afterId ?? 0n), queries.map((q) => q.limit)])),
+  );
+  const listPagesByStatus = groupCalls((queries: ListQuery[]) =>
+    pagesOf(
+      queries,
+      query('listPagesByStatus', [
+        queries.map((q) => q.status),
+        queries.map((q) => q.afterId ?? 0n),
+        queries.map((q) => q.limit),
+      ]),
+    ),
+  );
 
   // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
   const probeWrite = async () => {
