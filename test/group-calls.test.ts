@@ -129,18 +129,15 @@ test(
     await locker.query('BEGIN');
     await locker.query('LOCK TABLE pets IN ACCESS EXCLUSIVE MODE');
     const { rows } = await locker.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    // Asked on the locker's own connection: pg_stat_activity is read afresh once its snapshot,
+    // kept for the transaction, is cleared.
     const waitingStatements = async () => {
-      const watcher = new pg.Client({ connectionString: url });
-      await watcher.connect();
-      try {
-        const result = await watcher.query<{ count: string }>(
-          'SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))',
-          [rows[0]!.pid],
-        );
-        return Number(result.rows[0]!.count);
-      } finally {
-        await watcher.end();
-      }
+      await locker.query('SELECT pg_stat_clear_snapshot()');
+      const result = await locker.query<{ count: string }>(
+        'SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))',
+        [rows[0]!.pid],
+      );
+      return Number(result.rows[0]!.count);
     };
     const reads = Promise.all([
       ...Array.from({ length: 8 }, (_, i) => store.getPet(BigInt(i + 1))),
