@@ -24,9 +24,7 @@ import { parseArgs } from 'node:util';
 import { drive, workload, workloadName } from './load.js';
 import { ROOT, startService, type Running } from './processes.js';
 import { median, npmCommand, utcMinute } from './report.js';
-import { seedPostgres, seedSqlite, type Seeded } from './seed.js';
-
-const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
+import { POSTGRES_URL, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const { values: options } = parseArgs({
   options: {

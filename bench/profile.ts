@@ -9,9 +9,7 @@ import { parseArgs } from 'node:util';
 import { drive, workload, workloadName } from './load.js';
 import { START_FLAGS, startService } from './processes.js';
 import { npmCommand, utcMinute } from './report.js';
-import { seedPostgres, seedSqlite, type Seeded } from './seed.js';
-
-const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
+import { POSTGRES_URL, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 interface ProfileNode {
   id: number;

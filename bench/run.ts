@@ -9,10 +9,9 @@ import Database from 'better-sqlite3';
 import { drive, hasWrk, workload, type Sample, type WorkloadName } from './load.js';
 import { pinning, SHIPPED_ENV, START_FLAGS, startBare, startMinimal, startService, type Running } from './processes.js';
 import { npmCommand, writeReport, type Measured, type RunInfo } from './report.js';
-import { reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
+import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const SERVER_CPU = 1;
-const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
 
 const { values: options } = parseArgs({
   options: {

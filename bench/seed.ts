@@ -3,6 +3,9 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { runPetstore } from './processes.js';
 
+/** The PostgreSQL server the benchmarks use: each makes a schema of its own there. */
+export const POSTGRES_URL = process.env.PETSTORE_BENCH_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
+
 export interface Seeded {
   /** The environment that points `petstore` at the database. */
   env: Record<string, string>;
