@@ -45,10 +45,11 @@ export function standardOutput(): DestinationStream {
  * measuring that whole chunk's UTF-8 length (`Buffer.byteLength`) to keep it within `maxWrite`.
  * Measuring copies the chunk, a string of joined lines, into a flat one: under load, while a
  * write is in flight, the chunk holds up to 16 KiB, so every line copied kilobytes and left
- * them to the garbage collector (bench/README.md, "The request log's destination"). This `write` is sonic-boom's own, step for step, but for that one
- * measurement: the length of the chunk it last filled is remembered, and measured again only
- * when the chunk waiting is another string (sonic-boom's flush and flushSync also put chunks
- * there). Applied only to the release it was checked against (CHECKED_SONIC_BOOM).
+ * them to the garbage collector (bench/README.md, "The request log's destination"). This
+ * `write` is sonic-boom's own, step for step, but for that one measurement: the length of the
+ * chunk it last filled is remembered, and measured again only when the chunk waiting is another
+ * string (sonic-boom's flush and flushSync also put chunks there). Applied only to the release
+ * it was checked against (CHECKED_SONIC_BOOM).
  */
 export function rememberTailLength(destination: Destination): void {
   let tail = '';
