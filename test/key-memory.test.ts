@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
 import type { Clock } from '../src/clock.js';
 import { hashKey, keyHint, makeKey } from '../src/keys/keys.js';
@@ -18,8 +18,12 @@ async function storeWithKey(t: TestContext, kind: StoreKind, clock?: Clock) {
   const hash = hashKey(secret);
   const key = await store.createKey({ name: 'k', hint: keyHint(secret), hash, createdAt: new Date() });
   assert.equal((await store.findActiveKey(hash))?.id, key.id);
-  const revokeAround = () =>
-    database.execute(`UPDATE api_keys SET revoked_at = '2026-11-22T00:00:00Z' WHERE id = ${key.id}`);
+  const revokeAround = async () => {
+    await database.execute(`UPDATE api_keys SET revoked_at = '2026-11-22T00:00:00Z' WHERE id = ${key.id}`);
+    // Another process revokes in its own time: the store's next turn reads after it (the SQLite
+    // store's reads of one turn share one snapshot, taken by the turn's first read).
+    await nextTurn();
+  };
   return { store, hash, key, revokeAround };
 }
 

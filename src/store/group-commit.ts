@@ -33,6 +33,7 @@ const LONGEST_PAUSE_MS = 100;
  * process holds the write lock) is tried again, with all calls made meanwhile, after a growing
  * pause (5 ms, doubling, at most 100 ms) that blocks nothing; a call still not written
  * `retry.timeoutMs` after it was made fails with that error. Nothing was written by a failed try.
+ * `beforeWrite` runs before each transaction begins (to end the turn's read transaction: readTurns).
  *
  * @example
  * const insertPet = groupCommits(db, (pet) => insert.run(pet.name).lastInsertRowid);
@@ -41,7 +42,11 @@ const LONGEST_PAUSE_MS = 100;
 export function groupCommits<I, O>(
   db: Database,
   write: (input: I) => O,
-  { oneStatementEach = false, retry }: { oneStatementEach?: boolean; retry?: RetryOptions } = {},
+  {
+    oneStatementEach = false,
+    retry,
+    beforeWrite,
+  }: { oneStatementEach?: boolean; retry?: RetryOptions; beforeWrite?: () => void } = {},
 ): { call(input: I): Promise<O>; flush(): void } {
   let queue: Pending<I, O>[] = [];
   let pause = FIRST_PAUSE_MS;
@@ -68,6 +73,7 @@ export function groupCommits<I, O>(
     queue = [];
     if (batch.length === 0) return;
     try {
+      beforeWrite?.();
       writeAll.immediate(batch);
     } catch (error) {
       const now = performance.now();

@@ -9,6 +9,7 @@ import { groupCommits } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
 import { readMigrations } from './migrations.js';
+import { readTurns } from './read-turns.js';
 import type { PetStatus } from '../schemas.js';
 import {
   ACTIVE_KEY_COLUMNS,
@@ -204,8 +205,12 @@ export function openSqliteStore(
     if (!statements) throw new Error('the SQLite store is used before migrate()');
     return statements;
   };
+  // Every read calls reads.begin first, every write reads.end (see readTurns).
+  const reads = readTurns(db);
   const activeKeys = rememberActiveKeys((hash) => {
-    const row = ready().findKey.get(hash);
+    const s = ready();
+    reads.begin();
+    const row = s.findKey.get(hash);
     return row && toActiveKey(row);
   }, clock);
   const writeKeyUses = db.transaction((uses: KeyUse[]) => {
@@ -217,6 +222,7 @@ export function openSqliteStore(
   // Off the request path, so it must not block it either: a write lock another process holds
   // makes this batch fail at once (and be retried with the next one) rather than wait busy_timeout.
   const keyUses = batchKeyUses((uses) => {
+    reads.end();
     db.pragma('busy_timeout = 0');
     try {
       writeKeyUses.immediate(uses);
@@ -239,12 +245,13 @@ export function openSqliteStore(
       const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
       return { id: BigInt(lastInsertRowid), ...pet };
     },
-    { oneStatementEach: true, retry: { when: isBusy, timeoutMs: busyTimeoutMs } },
+    { oneStatementEach: true, retry: { when: isBusy, timeoutMs: busyTimeoutMs }, beforeWrite: reads.end },
   );
 
   // A write that reaches the disk, as a create does (it costs an id, never shown): see watchDiskErrors.
   const probeWrite = async () => {
     const s = ready();
+    reads.end();
     db.transaction(() => s.deletePet.run(s.insertPet.run('write probe', 0n, 'available').lastInsertRowid)).immediate();
   };
 
@@ -253,6 +260,7 @@ export function openSqliteStore(
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
       const names: string[] = [];
+      reads.end();
       // IMMEDIATE: a second process migrating at the same moment waits instead of racing, then
       // reads what the first applied.
       db.transaction(() => {
@@ -296,6 +304,7 @@ export function openSqliteStore(
     ): Promise<OnceOutcome> {
       const s = ready();
       const apiKeyId = BigInt(claim.apiKeyId);
+      reads.end();
       // IMMEDIATE: the check and the insert hold the write lock together, so two processes on
       // one file cannot both find the key unused.
       return db
@@ -314,20 +323,27 @@ export function openSqliteStore(
     },
 
     async getPet(id: bigint) {
-      const row = ready().getPet.get(id);
+      const s = ready();
+      reads.begin();
+      const row = s.getPet.get(id);
       return row && fromTuple(row);
     },
 
     async listPets({ status, afterId = 0n, limit }: ListQuery) {
-      const rows = status ? ready().listByStatus.all(status, afterId, limit) : ready().listAll.all(afterId, limit);
+      const s = ready();
+      reads.begin();
+      const rows = status ? s.listByStatus.all(status, afterId, limit) : s.listAll.all(afterId, limit);
       return rows.map(fromTuple);
     },
 
     async countPetsByStatus() {
-      return countByStatus(ready().countByStatus.all());
+      const s = ready();
+      reads.begin();
+      return countByStatus(s.countByStatus.all());
     },
 
     async createKey(key: NewKeyRecord) {
+      reads.end();
       const { lastInsertRowid } = ready().insertKey.run(...newKeyValues(key));
       return toKey(ready().getKey.get(BigInt(lastInsertRowid))!);
     },
@@ -337,12 +353,15 @@ export function openSqliteStore(
     },
 
     async listKeys() {
-      return ready().listKeys.all().map(toKey);
+      const s = ready();
+      reads.begin();
+      return s.listKeys.all().map(toKey);
     },
 
     async rollKey({ id, successor, oldExpiresAt, at }: KeyRoll): Promise<RollOutcome> {
       const s = ready();
       activeKeys.forget();
+      reads.end();
       // IMMEDIATE: rolls from two processes take turns; the second finds replaced_by set.
       return db
         .transaction((): RollOutcome => {
@@ -366,15 +385,18 @@ export function openSqliteStore(
 
     async revokeKey(id: number, at: Date) {
       activeKeys.forget();
+      reads.end();
       return ready().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
     },
 
     async createFirstKey(key: NewKeyRecord) {
+      reads.end();
       const { changes, lastInsertRowid } = ready().insertFirstKey.run(...newKeyValues(key));
       return changes > 0 ? toKey(ready().getKey.get(BigInt(lastInsertRowid))!) : undefined;
     },
 
     async close() {
+      reads.end();
       if (statements) {
         inserts.flush();
         await keyUses.close();
