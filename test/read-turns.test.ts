@@ -1,8 +1,12 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import Database from 'better-sqlite3';
+import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Store } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';
 
@@ -108,4 +112,30 @@ test('revokeKey and rollKey after a read in the same turn are committed when the
   });
   assert.equal(roll.kind, 'rolled');
   assert.notEqual(observer.prepare('SELECT replaced_by FROM api_keys WHERE id = ?').pluck().get(second.id), null);
+});
+
+test("a batch of key uses written while the turn's read transaction is open is committed at once", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'petstore-test-'));
+  const flushMs = 20;
+  const store = openSqliteStore(join(dir, 'petstore.db'), { keyUseFlushMs: flushMs });
+  await store.migrate();
+  t.after(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const observer = new Database(join(dir, 'petstore.db'), { readonly: true });
+  t.after(() => observer.close());
+  const { id } = await store.createKey(newKey('used'));
+  await nextTurn();
+  // Timers of one duration made in one turn fire in order, in one timers phase: a read opens the
+  // turn's read transaction, the batch of key uses is written, then the observer looks.
+  const lastUse = new Promise((resolve) => {
+    setTimeout(() => void store.getPet(1n), flushMs);
+    store.memory.noteKeyUse(id, Date.now());
+    setTimeout(
+      () => resolve(observer.prepare('SELECT last_used_at FROM api_keys WHERE id = ?').pluck().get(id)),
+      flushMs,
+    );
+  });
+  assert.notEqual(await lastUse, null);
 });
