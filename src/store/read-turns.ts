@@ -18,23 +18,23 @@ import type { Database } from 'better-sqlite3';
  * reads.end(); // before a write: COMMIT of the reads, nothing else to commit
  */
 export function readTurns(db: Database) {
-  const begin = db.prepare('BEGIN');
-  const commit = db.prepare('COMMIT');
+  const beginStatement = db.prepare('BEGIN');
+  const commitStatement = db.prepare('COMMIT');
   let open = false;
 
   function end(): void {
     if (!open) return;
     open = false;
-    // A read-only transaction's COMMIT releases the lock and writes nothing: it cannot fail for
-    // want of a lock or of disk space.
-    if (db.inTransaction) commit.run();
+    // Every write ended the transaction first, so it only read: its COMMIT releases the lock and
+    // writes nothing, and cannot fail for want of a lock or of disk space.
+    if (db.inTransaction) commitStatement.run();
   }
 
   return {
     /** Opens the turn's read transaction, if it is not open: call it before each read. */
     begin(): void {
       if (open) return;
-      begin.run();
+      beginStatement.run();
       open = true;
       setImmediate(end);
     },
