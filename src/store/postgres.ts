@@ -385,18 +385,18 @@ export function openPostgresStore(
     return ids.map((id) => ({ status: 'fulfilled', value: found.get(id) }));
   });
   // Each row goes back to its page by n, the page's place in the group.
-  const pagesOf = async (queries: ListQuery[], rows: Promise<pg.QueryResult<PetRow & { n: bigint }>>) => {
+  const pagesOf = (queries: ListQuery[], { rows }: pg.QueryResult<PetRow & { n: bigint }>) => {
     const pages = queries.map((): PetRecord[] => []);
-    for (const row of (await rows).rows) pages[Number(row.n) - 1]!.push(toPet(row));
+    for (const row of rows) pages[Number(row.n) - 1]!.push(toPet(row));
     return pages.map((value) => ({ status: 'fulfilled', value }) as const);
   };
-  const listAllPages = groupCalls((queries: ListQuery[]) =>
-    pagesOf(queries, query('listAllPages', [queries.map((q) => q.afterId ?? 0n), queries.map((q) => q.limit)])),
+  const listAllPages = groupCalls(async (queries: ListQuery[]) =>
+    pagesOf(queries, await query('listAllPages', [queries.map((q) => q.afterId ?? 0n), queries.map((q) => q.limit)])),
   );
-  const listPagesByStatus = groupCalls((queries: ListQuery[]) =>
+  const listPagesByStatus = groupCalls(async (queries: ListQuery[]) =>
     pagesOf(
       queries,
-      query('listPagesByStatus', [
+      await query('listPagesByStatus', [
         queries.map((q) => q.status),
         queries.map((q) => q.afterId ?? 0n),
         queries.map((q) => q.limit),

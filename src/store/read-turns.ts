@@ -20,6 +20,8 @@ import type { Database } from 'better-sqlite3';
 export function readTurns(db: Database) {
   const beginStatement = db.prepare('BEGIN');
   const commitStatement = db.prepare('COMMIT');
+  // Whether this opened the transaction: not db.inTransaction, which a write's own transaction
+  // also sets, and end() must never commit a transaction it did not begin.
   let open = false;
 
   function end(): void {

@@ -205,12 +205,22 @@ export function openSqliteStore(
     if (!statements) throw new Error('the SQLite store is used before migrate()');
     return statements;
   };
-  // Every read calls reads.begin first, every write reads.end (see readTurns).
+  // The turn's read transaction (readTurns): open for a read, ended before a write, which then
+  // commits on its own. Statements come through these two; the group commit, the key-use batches,
+  // migrate and close end it themselves.
   const reads = readTurns(db);
-  const activeKeys = rememberActiveKeys((hash) => {
+  const forReading = () => {
     const s = ready();
     reads.begin();
-    const row = s.findKey.get(hash);
+    return s;
+  };
+  const forWriting = () => {
+    const s = ready();
+    reads.end();
+    return s;
+  };
+  const activeKeys = rememberActiveKeys((hash) => {
+    const row = forReading().findKey.get(hash);
     return row && toActiveKey(row);
   }, clock);
   const writeKeyUses = db.transaction((uses: KeyUse[]) => {
@@ -250,8 +260,7 @@ export function openSqliteStore(
 
   // A write that reaches the disk, as a create does (it costs an id, never shown): see watchDiskErrors.
   const probeWrite = async () => {
-    const s = ready();
-    reads.end();
+    const s = forWriting();
     db.transaction(() => s.deletePet.run(s.insertPet.run('write probe', 0n, 'available').lastInsertRowid)).immediate();
   };
 
@@ -302,9 +311,8 @@ export function openSqliteStore(
       claim: IdempotencyClaim,
       respond: (pet: PetRecord) => StoredResponse,
     ): Promise<OnceOutcome> {
-      const s = ready();
+      const s = forWriting();
       const apiKeyId = BigInt(claim.apiKeyId);
-      reads.end();
       // IMMEDIATE: the check and the insert hold the write lock together, so two processes on
       // one file cannot both find the key unused.
       return db
@@ -323,29 +331,24 @@ export function openSqliteStore(
     },
 
     async getPet(id: bigint) {
-      const s = ready();
-      reads.begin();
-      const row = s.getPet.get(id);
+      const row = forReading().getPet.get(id);
       return row && fromTuple(row);
     },
 
     async listPets({ status, afterId = 0n, limit }: ListQuery) {
-      const s = ready();
-      reads.begin();
+      const s = forReading();
       const rows = status ? s.listByStatus.all(status, afterId, limit) : s.listAll.all(afterId, limit);
       return rows.map(fromTuple);
     },
 
     async countPetsByStatus() {
-      const s = ready();
-      reads.begin();
-      return countByStatus(s.countByStatus.all());
+      return countByStatus(forReading().countByStatus.all());
     },
 
     async createKey(key: NewKeyRecord) {
-      reads.end();
-      const { lastInsertRowid } = ready().insertKey.run(...newKeyValues(key));
-      return toKey(ready().getKey.get(BigInt(lastInsertRowid))!);
+      const s = forWriting();
+      const { lastInsertRowid } = s.insertKey.run(...newKeyValues(key));
+      return toKey(s.getKey.get(BigInt(lastInsertRowid))!);
     },
 
     async findActiveKey(hash: Buffer) {
@@ -353,15 +356,12 @@ export function openSqliteStore(
     },
 
     async listKeys() {
-      const s = ready();
-      reads.begin();
-      return s.listKeys.all().map(toKey);
+      return forReading().listKeys.all().map(toKey);
     },
 
     async rollKey({ id, successor, oldExpiresAt, at }: KeyRoll): Promise<RollOutcome> {
-      const s = ready();
+      const s = forWriting();
       activeKeys.forget();
-      reads.end();
       // IMMEDIATE: rolls from two processes take turns; the second finds replaced_by set.
       return db
         .transaction((): RollOutcome => {
@@ -385,14 +385,13 @@ export function openSqliteStore(
 
     async revokeKey(id: number, at: Date) {
       activeKeys.forget();
-      reads.end();
-      return ready().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
+      return forWriting().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
     },
 
     async createFirstKey(key: NewKeyRecord) {
-      reads.end();
-      const { changes, lastInsertRowid } = ready().insertFirstKey.run(...newKeyValues(key));
-      return changes > 0 ? toKey(ready().getKey.get(BigInt(lastInsertRowid))!) : undefined;
+      const s = forWriting();
+      const { changes, lastInsertRowid } = s.insertFirstKey.run(...newKeyValues(key));
+      return changes > 0 ? toKey(s.getKey.get(BigInt(lastInsertRowid))!) : undefined;
     },
 
     async close() {
