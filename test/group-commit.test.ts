@@ -177,7 +177,7 @@ test(
     assert.equal(await database.scalar('SELECT count(*) FROM pets'), 200);
     // Rows written by one transaction carry its id in xmin: one commit, one WAL flush.
     assert.equal(await database.scalar('SELECT count(DISTINCT xmin::text) FROM pets'), 1);
-    // Read back by another connection, each as answered.
+    // Read back through the store, each as answered.
     for (const pet of created.filter((_, i) => i % 37 === 0)) assert.deepEqual(await store.getPet(pet.id), pet);
   },
 );

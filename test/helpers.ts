@@ -18,11 +18,14 @@ export function manualClock(start = Date.UTC(2026, 10, 22)): Clock & { set(ms: n
   return { now: () => now, set: (ms) => void (now = ms) };
 }
 
-/** A fresh, migrated SQLite file in its own temporary folder, removed after the test. */
-export async function tempSqliteStore(t: TestContext): Promise<{ store: Store; path: string }> {
+/** A fresh, migrated SQLite file in its own temporary folder, removed after the test; `options` as openSqliteStore's. */
+export async function tempSqliteStore(
+  t: TestContext,
+  options?: Parameters<typeof openSqliteStore>[1],
+): Promise<{ store: Store; path: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'petstore-test-'));
   const path = join(dir, 'petstore.db');
-  const store = openSqliteStore(path);
+  const store = openSqliteStore(path, options);
   await store.migrate();
   t.after(async () => {
     await store.close();

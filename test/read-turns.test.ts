@@ -1,12 +1,8 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import Database from 'better-sqlite3';
-import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Store } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';
 
@@ -18,7 +14,11 @@ async function storeAndObserver(t: TestContext) {
   const observer = new Database(path);
   observer.defaultSafeIntegers(true);
   t.after(() => observer.close());
-  return { store, observer, count: (table: string) => observer.prepare(`SELECT count(*) FROM ${table}`).pluck().get() };
+  return {
+    store,
+    observer,
+    count: (table: string) => observer.prepare<[], bigint>(`SELECT count(*) FROM ${table}`).pluck().get()!,
+  };
 }
 
 const pet = { name: 'Rex', categoryId: 1n, status: 'available' as const };
@@ -115,15 +115,9 @@ test('revokeKey and rollKey after a read in the same turn are committed when the
 });
 
 test("a batch of key uses written while the turn's read transaction is open is committed at once", async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'petstore-test-'));
   const flushMs = 20;
-  const store = openSqliteStore(join(dir, 'petstore.db'), { keyUseFlushMs: flushMs });
-  await store.migrate();
-  t.after(async () => {
-    await store.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  const observer = new Database(join(dir, 'petstore.db'), { readonly: true });
+  const { store, path } = await tempSqliteStore(t, { keyUseFlushMs: flushMs });
+  const observer = new Database(path, { readonly: true });
   t.after(() => observer.close());
   const { id } = await store.createKey(newKey('used'));
   await nextTurn();
