@@ -138,10 +138,11 @@ export function openSqliteStore(
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
-  // 4 MB of pages (better-sqlite3's default is 16 MB): the pages the operations touch, the top
-  // of each index and the newest rows, stay in it, and the process stays under 100 MB at peak
-  // (bench/README.md); other pages come from the operating system's cache.
-  db.pragma('cache_size = -4000');
+  // 2 MB of pages, SQLite's own default (better-sqlite3's is 16 MB): the pages every operation
+  // touches, the top of each index and the newest rows, stay in it; a random page of a large
+  // store comes from the operating system's cache at any size this process can afford, so a
+  // larger cache only adds to its RSS (bench/README.md).
+  db.pragma('cache_size = -2000');
   if (maxPageCount !== undefined) db.pragma(`max_page_count = ${Math.trunc(maxPageCount)}`);
   db.defaultSafeIntegers(true);
 
