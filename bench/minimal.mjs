@@ -16,7 +16,9 @@ db.pragma('busy_timeout = 5000');
 db.defaultSafeIntegers(true);
 const columns = 'id, name, category_id AS categoryId, status';
 const getPet = db.prepare(`SELECT ${columns} FROM pets WHERE id = ?`);
-const listPets = db.prepare(`SELECT ${columns} FROM pets WHERE id > ? ORDER BY id LIMIT ?`);
+// `LIMIT +?`, as the service writes it: with `LIMIT ?` SQLite compiles the statement again on
+// every call (bench/README.md, "The page queries compiled once"), and the floor would be lower.
+const listPets = db.prepare(`SELECT ${columns} FROM pets WHERE id > ? ORDER BY id LIMIT +?`);
 const insertPet = db.prepare('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)');
 
 const Pet = {
