@@ -5,7 +5,7 @@ import type { PetStatus } from '../src/schemas.js';
 import { groupCalls } from '../src/store/batches.js';
 import type { PetRecord } from '../src/store/store.js';
 import pg from 'pg';
-import { openPostgresStore } from '../src/store/postgres.js';
+import { distinctPages, openPostgresStore } from '../src/store/postgres.js';
 import { createPostgresSchema, migratedStore, storeKinds } from './stores.js';
 
 const postgres = storeKinds.find((kind) => kind.name === 'PostgreSQL')!;
@@ -108,6 +108,57 @@ test(
         Array.from({ length: 10 }, (_, i) => 33 + 3 * i),
         [],
       ].concat([[11, 12, 13, 14, 15]]),
+    );
+  },
+);
+
+test('a group of page queries names each page once, and every query the place of its page', () => {
+  const group = distinctPages([
+    { limit: 20 },
+    { afterId: 0n, limit: 20 },
+    { status: 'sold', limit: 20 },
+    { afterId: 5n, limit: 20 },
+    { limit: 20 },
+    { afterId: 5n, limit: 21 },
+    { status: 'sold', limit: 20 },
+  ]);
+  assert.deepEqual(group.distinct, [
+    { limit: 20 },
+    { status: 'sold', limit: 20 },
+    { afterId: 5n, limit: 20 },
+    { afterId: 5n, limit: 21 },
+  ]);
+  assert.deepEqual(group.placeOf, [0, 0, 1, 2, 0, 3, 1]);
+});
+
+test(
+  'PostgreSQL: one page asked for several times at the same moment comes to each caller whole, in an array of its own',
+  { skip: postgres.skip },
+  async (t) => {
+    const [store] = await migratedStore(postgres, t);
+    for (let i = 0; i < 6; i++) await store.createPet({ name: `Pet ${i}`, categoryId: BigInt(i), status: 'sold' });
+    const pages = await Promise.all([
+      store.listPets({ limit: 3 }),
+      store.listPets({ afterId: 3n, limit: 3 }),
+      store.listPets({ limit: 3 }),
+      store.listPets({ limit: 3 }),
+    ]);
+    assert.deepEqual(
+      pages.map((page) => page.map((pet) => Number(pet.id))),
+      [
+        [1, 2, 3],
+        [4, 5, 6],
+        [1, 2, 3],
+        [1, 2, 3],
+      ],
+    );
+    assert.notEqual(pages[0], pages[2]);
+    assert.notEqual(pages[2], pages[3]);
+    // The list route cuts the page it read to the limit asked: one caller's cut is not another's.
+    pages[0]!.length = 1;
+    assert.deepEqual(
+      pages[3]!.map((pet) => pet.name),
+      ['Pet 0', 'Pet 1', 'Pet 2'],
     );
   },
 );

@@ -229,6 +229,29 @@ function translate(error: unknown): unknown {
 
 const ignore = () => {};
 
+/** The page queries of one group, each once (`distinct`), and where each query's page is among them. */
+interface DistinctPages {
+  distinct: ListQuery[];
+  /** For each query of the group, the place of its page in `distinct`. */
+  placeOf: number[];
+}
+
+export function distinctPages(queries: ListQuery[]): DistinctPages {
+  const places = new Map<string, number>();
+  const group: DistinctPages = { distinct: [], placeOf: [] };
+  for (const query of queries) {
+    const key = `${query.status ?? ''} ${query.afterId ?? 0n} ${query.limit}`;
+    let place = places.get(key);
+    if (place === undefined) {
+      place = group.distinct.length;
+      places.set(key, place);
+      group.distinct.push(query);
+    }
+    group.placeOf.push(place);
+  }
+  return group;
+}
+
 /**
  * A Store on PostgreSQL at `url` (`postgres://user@host:5432/db`), shared by any number of
  * service instances. Connections open lazily: opening never fails, the first query might.
@@ -384,25 +407,35 @@ export function openPostgresStore(
     const found = new Map(rows.map((row) => [row.id, toPet(row)]));
     return ids.map((id) => ({ status: 'fulfilled', value: found.get(id) }));
   });
-  // Each row goes back to its page by n, the page's place in the group.
-  const pagesOf = (queries: ListQuery[], { rows }: pg.QueryResult<PetRow & { n: bigint }>) => {
-    const pages = queries.map((): PetRecord[] => []);
+  // A page asked for more than once in a group (the first page, by every client at once) is
+  // read once: distinctPages gives the statement each page once, and pagesOf gives every caller
+  // the page read for it, each in an array of its own. Each row goes back to its page by n, the
+  // page's place among the distinct ones.
+  const pagesOf = (group: DistinctPages, { rows }: pg.QueryResult<PetRow & { n: bigint }>) => {
+    const pages = group.distinct.map((): PetRecord[] => []);
     for (const row of rows) pages[Number(row.n) - 1]!.push(toPet(row));
-    return pages.map((value) => ({ status: 'fulfilled', value }) as const);
+    return group.placeOf.map((place) => ({ status: 'fulfilled', value: pages[place]!.slice() }) as const);
   };
-  const listAllPages = groupCalls(async (queries: ListQuery[]) =>
-    pagesOf(queries, await query('listAllPages', [queries.map((q) => q.afterId ?? 0n), queries.map((q) => q.limit)])),
-  );
-  const listPagesByStatus = groupCalls(async (queries: ListQuery[]) =>
-    pagesOf(
-      queries,
+  const listAllPages = groupCalls(async (queries: ListQuery[]) => {
+    const group = distinctPages(queries);
+    const { distinct } = group;
+    return pagesOf(
+      group,
+      await query('listAllPages', [distinct.map((q) => q.afterId ?? 0n), distinct.map((q) => q.limit)]),
+    );
+  });
+  const listPagesByStatus = groupCalls(async (queries: ListQuery[]) => {
+    const group = distinctPages(queries);
+    const { distinct } = group;
+    return pagesOf(
+      group,
       await query('listPagesByStatus', [
-        queries.map((q) => q.status),
-        queries.map((q) => q.afterId ?? 0n),
-        queries.map((q) => q.limit),
+        distinct.map((q) => q.status),
+        distinct.map((q) => q.afterId ?? 0n),
+        distinct.map((q) => q.limit),
       ]),
-    ),
-  );
+    );
+  });
 
   // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
   const probeWrite = async () => {
