@@ -408,34 +408,26 @@ export function openPostgresStore(
     return ids.map((id) => ({ status: 'fulfilled', value: found.get(id) }));
   });
   // A page asked for more than once in a group (the first page, by every client at once) is
-  // read once: distinctPages gives the statement each page once, and pagesOf gives every caller
-  // the page read for it, each in an array of its own. Each row goes back to its page by n, the
-  // page's place among the distinct ones.
-  const pagesOf = (group: DistinctPages, { rows }: pg.QueryResult<PetRow & { n: bigint }>) => {
-    const pages = group.distinct.map((): PetRecord[] => []);
-    for (const row of rows) pages[Number(row.n) - 1]!.push(toPet(row));
-    return group.placeOf.map((place) => ({ status: 'fulfilled', value: pages[place]!.slice() }) as const);
-  };
-  const listAllPages = groupCalls(async (queries: ListQuery[]) => {
-    const group = distinctPages(queries);
-    const { distinct } = group;
-    return pagesOf(
-      group,
-      await query('listAllPages', [distinct.map((q) => q.afterId ?? 0n), distinct.map((q) => q.limit)]),
-    );
-  });
-  const listPagesByStatus = groupCalls(async (queries: ListQuery[]) => {
-    const group = distinctPages(queries);
-    const { distinct } = group;
-    return pagesOf(
-      group,
-      await query('listPagesByStatus', [
-        distinct.map((q) => q.status),
-        distinct.map((q) => q.afterId ?? 0n),
-        distinct.map((q) => q.limit),
-      ]),
-    );
-  });
+  // read once: the statement names each distinct page once (distinctPages), and every caller
+  // gets the page read for it, each in an array of its own. Each row goes back to its page by n,
+  // the page's place among the distinct ones. `values` makes the statement's parameters.
+  const groupPages = (name: 'listAllPages' | 'listPagesByStatus', values: (pages: ListQuery[]) => unknown[]) =>
+    groupCalls(async (queries: ListQuery[]) => {
+      const { distinct, placeOf } = distinctPages(queries);
+      const { rows } = await query<PetRow & { n: bigint }>(name, values(distinct));
+      const pages = distinct.map((): PetRecord[] => []);
+      for (const row of rows) pages[Number(row.n) - 1]!.push(toPet(row));
+      return placeOf.map((place) => ({ status: 'fulfilled', value: pages[place]!.slice() }) as const);
+    });
+  const listAllPages = groupPages('listAllPages', (pages) => [
+    pages.map((q) => q.afterId ?? 0n),
+    pages.map((q) => q.limit),
+  ]);
+  const listPagesByStatus = groupPages('listPagesByStatus', (pages) => [
+    pages.map((q) => q.status),
+    pages.map((q) => q.afterId ?? 0n),
+    pages.map((q) => q.limit),
+  ]);
 
   // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
   const probeWrite = async () => {
