@@ -5,7 +5,7 @@ import type { PetStatus } from '../src/schemas.js';
 import { groupCalls } from '../src/store/batches.js';
 import type { PetRecord } from '../src/store/store.js';
 import pg from 'pg';
-import { distinctPages, openPostgresStore } from '../src/store/postgres.js';
+import { openPostgresStore } from '../src/store/postgres.js';
 import { createPostgresSchema, migratedStore, storeKinds } from './stores.js';
 
 const postgres = storeKinds.find((kind) => kind.name === 'PostgreSQL')!;
@@ -112,23 +112,34 @@ test(
   },
 );
 
-test('a group of page queries names each page once, and every query the place of its page', () => {
-  const group = distinctPages([
-    { limit: 20 },
-    { afterId: 0n, limit: 20 },
-    { status: 'sold', limit: 20 },
-    { afterId: 5n, limit: 20 },
-    { limit: 20 },
-    { afterId: 5n, limit: 21 },
-    { status: 'sold', limit: 20 },
+test('with keyOf, calls of one turn with the same key run once and share its outcome', async () => {
+  const runs: unknown[][] = [];
+  const pageKey = (q: { status?: string; afterId?: bigint; limit: number }) =>
+    `${q.status ?? ''} ${q.afterId ?? 0n} ${q.limit}`;
+  const pages = groupCalls(async (queries: { status?: string; afterId?: bigint; limit: number }[]) => {
+    runs.push(queries);
+    return queries.map((q, i): PromiseSettledResult<string> =>
+      q.limit > 20
+        ? { status: 'rejected', reason: new Error(`run ${i} refused`) }
+        : { status: 'fulfilled', value: `run ${i}` },
+    );
+  }, pageKey);
+  const outcomes = await Promise.allSettled([
+    pages.call({ limit: 20 }),
+    pages.call({ afterId: 0n, limit: 20 }),
+    pages.call({ status: 'sold', limit: 20 }),
+    pages.call({ afterId: 5n, limit: 20 }),
+    pages.call({ limit: 20 }),
+    pages.call({ afterId: 5n, limit: 21 }),
+    pages.call({ status: 'sold', limit: 20 }),
   ]);
-  assert.deepEqual(group.distinct, [
-    { limit: 20 },
-    { status: 'sold', limit: 20 },
-    { afterId: 5n, limit: 20 },
-    { afterId: 5n, limit: 21 },
+  assert.deepEqual(runs, [
+    [{ limit: 20 }, { status: 'sold', limit: 20 }, { afterId: 5n, limit: 20 }, { afterId: 5n, limit: 21 }],
   ]);
-  assert.deepEqual(group.placeOf, [0, 0, 1, 2, 0, 3, 1]);
+  assert.deepEqual(
+    outcomes.map((outcome) => (outcome.status === 'fulfilled' ? outcome.value : (outcome.reason as Error).message)),
+    ['run 0', 'run 0', 'run 1', 'run 2', 'run 0', 'run 3 refused', 'run 1'],
+  );
 });
 
 test(

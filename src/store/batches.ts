@@ -41,23 +41,47 @@ export function writeInBatches(writeBatch: () => Promise<void>, hasPending: () =
  * Calls made during one turn of the event loop, run together: `runAll` gets their inputs in the
  * order of the calls and settles each at the same index. When it throws, every call fails with
  * its error. Batches are not serialised: one may start while the one before is in flight.
+ * With `keyOf`, calls of one batch whose inputs have the same key are run once (the first of
+ * them goes to `runAll`) and settle with the same outcome, the same object: callers must not
+ * change it.
  *
  * @example
  * const insertPet = groupCalls(async (pets) => (await insertAll(pets)).map((value) => ({ status: 'fulfilled', value })));
  * await Promise.all([insertPet(a), insertPet(b)]); // one runAll([a, b])
  */
-export function groupCalls<I, O>(runAll: (inputs: I[]) => Promise<PromiseSettledResult<O>[]>) {
+export function groupCalls<I, O>(
+  runAll: (inputs: I[]) => Promise<PromiseSettledResult<O>[]>,
+  keyOf?: (input: I) => string,
+) {
   let queue: { input: I; resolve: (output: O) => void; reject: (error: unknown) => void }[] = [];
   const running = new Set<Promise<void>>();
+
+  /** The inputs runAll gets, and for each call the index of its outcome (its own without keyOf). */
+  function distinct(batch: typeof queue): { inputs: I[]; outcomeOf?: number[] } {
+    if (!keyOf) return { inputs: batch.map((call) => call.input) };
+    const indexes = new Map<string, number>();
+    const inputs: I[] = [];
+    const outcomeOf = batch.map(({ input }) => {
+      const key = keyOf(input);
+      let index = indexes.get(key);
+      if (index === undefined) {
+        index = inputs.push(input) - 1;
+        indexes.set(key, index);
+      }
+      return index;
+    });
+    return { inputs, outcomeOf };
+  }
 
   function flush() {
     const batch = queue;
     queue = [];
     if (batch.length === 0) return;
-    const run = runAll(batch.map((call) => call.input)).then(
+    const { inputs, outcomeOf } = distinct(batch);
+    const run = runAll(inputs).then(
       (outcomes) =>
         batch.forEach((call, i) => {
-          const outcome = outcomes[i];
+          const outcome = outcomes[outcomeOf ? outcomeOf[i]! : i];
           if (outcome?.status === 'fulfilled') call.resolve(outcome.value);
           else call.reject(outcome ? outcome.reason : new Error(`no outcome for call ${i} of ${batch.length}`));
         }),

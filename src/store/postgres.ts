@@ -229,29 +229,6 @@ function translate(error: unknown): unknown {
 
 const ignore = () => {};
 
-/** The page queries of one group, each once (`distinct`), and where each query's page is among them. */
-interface DistinctPages {
-  distinct: ListQuery[];
-  /** For each query of the group, the place of its page in `distinct`. */
-  placeOf: number[];
-}
-
-export function distinctPages(queries: ListQuery[]): DistinctPages {
-  const places = new Map<string, number>();
-  const group: DistinctPages = { distinct: [], placeOf: [] };
-  for (const query of queries) {
-    const key = `${query.status ?? ''} ${query.afterId ?? 0n} ${query.limit}`;
-    let place = places.get(key);
-    if (place === undefined) {
-      place = group.distinct.length;
-      places.set(key, place);
-      group.distinct.push(query);
-    }
-    group.placeOf.push(place);
-  }
-  return group;
-}
-
 /**
  * A Store on PostgreSQL at `url` (`postgres://user@host:5432/db`), shared by any number of
  * service instances. Connections open lazily: opening never fails, the first query might.
@@ -407,26 +384,26 @@ export function openPostgresStore(
     const found = new Map(rows.map((row) => [row.id, toPet(row)]));
     return ids.map((id) => ({ status: 'fulfilled', value: found.get(id) }));
   });
-  // A page asked for more than once in a group (the first page, by every client at once) is
-  // read once: the statement names each distinct page once (distinctPages), and every caller
-  // gets the page read for it, each in an array of its own. Each row goes back to its page by n,
-  // the page's place among the distinct ones. `values` makes the statement's parameters.
-  const groupPages = (name: 'listAllPages' | 'listPagesByStatus', values: (pages: ListQuery[]) => unknown[]) =>
+  // The pages of one turn, one statement per kind; each row goes back to its page by n, the
+  // page's place in the group. A page that several requests of the turn ask for (the first
+  // page, by every client at once) is read once: groupCalls keys the queries, and listPets gives
+  // each caller a copy, since the route cuts the page it gets to the limit.
+  const pageKey = (q: ListQuery) => `${q.status ?? ''} ${q.afterId ?? 0n} ${q.limit}`;
+  const groupPages = (name: 'listAllPages' | 'listPagesByStatus', values: (queries: ListQuery[]) => unknown[]) =>
     groupCalls(async (queries: ListQuery[]) => {
-      const { distinct, placeOf } = distinctPages(queries);
-      const { rows } = await query<PetRow & { n: bigint }>(name, values(distinct));
-      const pages = distinct.map((): PetRecord[] => []);
+      const { rows } = await query<PetRow & { n: bigint }>(name, values(queries));
+      const pages = queries.map((): PetRecord[] => []);
       for (const row of rows) pages[Number(row.n) - 1]!.push(toPet(row));
-      return placeOf.map((place) => ({ status: 'fulfilled', value: pages[place]!.slice() }) as const);
-    });
-  const listAllPages = groupPages('listAllPages', (pages) => [
-    pages.map((q) => q.afterId ?? 0n),
-    pages.map((q) => q.limit),
+      return pages.map((value) => ({ status: 'fulfilled', value }) as const);
+    }, pageKey);
+  const listAllPages = groupPages('listAllPages', (queries) => [
+    queries.map((q) => q.afterId ?? 0n),
+    queries.map((q) => q.limit),
   ]);
-  const listPagesByStatus = groupPages('listPagesByStatus', (pages) => [
-    pages.map((q) => q.status),
-    pages.map((q) => q.afterId ?? 0n),
-    pages.map((q) => q.limit),
+  const listPagesByStatus = groupPages('listPagesByStatus', (queries) => [
+    queries.map((q) => q.status),
+    queries.map((q) => q.afterId ?? 0n),
+    queries.map((q) => q.limit),
   ]);
 
   // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
@@ -530,7 +507,8 @@ export function openPostgresStore(
     },
 
     async listPets(list: ListQuery) {
-      return list.status ? listPagesByStatus.call(list) : listAllPages.call(list);
+      const page = await (list.status ? listPagesByStatus : listAllPages).call(list);
+      return page.slice();
     },
 
     async countPetsByStatus() {
