@@ -5,8 +5,8 @@
 // CPU time is counted on every thread of the server (`perf stat --per-thread` when perf is
 // installed, else /proc/<pid>/stat), divided by the answers it sent; with it each sample's p99
 // latency and peak RSS (VmHWM, reset before each sample). `--pause <s>` leaves every server idle
-// that long before each sample, as a service sits between bursts; `--pets <n>` seeds the SQLite
-// file with n pets instead of 10,000.
+// that long before each sample, as a service sits between bursts; `--pets <n>` seeds n pets
+// instead of 10,000.
 //
 //   npm run bench:compare -- --workload getPet --variant 'shipped:' --variant 'no request log:LOG_LEVEL=warn'
 //   npm run bench:compare -- --variant 'this build:' --variant 'before:main=/tmp/before/dist/main.js'
@@ -38,21 +38,21 @@ const { values: options } = parseArgs({
     // The report's file in bench/results: compare-<out>.md; compare.md without it.
     out: { type: 'string' },
     postgres: { type: 'boolean', default: false },
-    // Pets seeded before the first sample (SQLite; PostgreSQL is always seeded with 10,000).
+    // Pets seeded before the first sample.
     pets: { type: 'string', default: '10000' },
   },
 });
 const rounds = Number(options.rounds);
 const seconds = Number(options.duration);
 const pause = Number(options.pause);
-const pets = options.postgres ? 10_000 : Number(options.pets);
+const pets = Number(options.pets);
 if (!Number.isInteger(pets) || pets < 100) throw new Error('--pets must be an integer of at least 100');
 if (options.variant.length < 2) throw new Error("give two or more --variant 'label:settings'");
 
 const temp = mkdtempSync(join(tmpdir(), 'petstore-compare-'));
 process.on('exit', () => rmSync(temp, { recursive: true, force: true }));
 const seeded: Seeded & { drop?: () => Promise<void> } = options.postgres
-  ? await seedPostgres(POSTGRES_URL, `bench_compare_${process.pid}`, 10_000)
+  ? await seedPostgres(POSTGRES_URL, `bench_compare_${process.pid}`, pets)
   : seedSqlite(join(temp, 'pets.db'), pets);
 const storeName = options.postgres ? 'PostgreSQL' : 'SQLite';
 
