@@ -10,7 +10,7 @@ export interface Measured {
   pets: number;
   instances: number;
   /** An extra configuration, or the minimal reference (bench/minimal.mjs), shown apart; none for the service as shipped. */
-  variant?: 'limit-off' | 'minimal';
+  variant?: 'limit-off' | 'log-warn' | 'minimal';
   workload: string;
   /** Each with the mean req/s of the bare GET samples just before and after it (none for the bare server's own). */
   samples: (Sample & { peakRss?: number; bareRps?: number; cpuMicros?: number })[];
@@ -254,18 +254,14 @@ export function writeReport(measured: Measured[], info: RunInfo): string[] {
     if (rows.length) postgresLines.push('', `### PostgreSQL, 10,000 pets, ${title}`, '', ...table(rows));
   }
   const extraLines: string[] = [];
-  for (const [target, title] of [
-    ['sqlite-10000-limit-off', 'SQLite, 10,000 pets'],
-    ['pg-1-limit-off', 'PostgreSQL, 10,000 pets, one instance'],
+  for (const [target, title, setting] of [
+    ['sqlite-10000-limit-off', 'SQLite, 10,000 pets', 'per-key rate limit off (`PETSTORE_RATE_LIMIT=off`)'],
+    ['sqlite-10000-log-warn', 'SQLite, 10,000 pets', 'request log off (`LOG_LEVEL=warn`: no line per request)'],
+    ['pg-1-limit-off', 'PostgreSQL, 10,000 pets, one instance', 'per-key rate limit off (`PETSTORE_RATE_LIMIT=off`)'],
   ] as const) {
     const rows = rowsOf(target);
     if (rows.length) {
-      extraLines.push(
-        '',
-        `### Extra configuration, not the shipped one: ${title}, per-key rate limit off (\`PETSTORE_RATE_LIMIT=off\`)`,
-        '',
-        ...table(rows),
-      );
+      extraLines.push('', `### Extra configuration, not the shipped one: ${title}, ${setting}`, '', ...table(rows));
     }
   }
 

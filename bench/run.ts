@@ -39,8 +39,12 @@ if (petCounts.some((n) => !Number.isInteger(n) || n < 100) || ![rounds, seconds,
 }
 
 const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
-// The extra configuration with the per-key limit off, to show what counting it costs.
-const LIMIT_OFF_ENV = { PETSTORE_RATE_LIMIT: 'off' };
+// The extra configurations, each with one setting changed from the shipped defaults: the per-key
+// limit off, to show what counting it costs, and the request log off, to show what its line costs.
+const EXTRA_ENV = {
+  'limit-off': { PETSTORE_RATE_LIMIT: 'off' },
+  'log-warn': { LOG_LEVEL: 'warn' },
+} as const;
 // Reads first in a round: the writes grow the store the next round reads.
 const WRITES: WorkloadName[] = ['create', 'mix'];
 const ALL: WorkloadName[] = [...READS, ...WRITES];
@@ -52,7 +56,9 @@ interface Target {
    * What the service's environment changes from the shipped defaults, or `minimal`: not the
    * service but bench/minimal.mjs; none for the rows that judge the targets.
    */
-  variant?: 'limit-off' | 'minimal';
+  variant?: 'limit-off' | 'log-warn' | 'minimal';
+  /** The id of the shipped row an extra row is sampled right after, and compared with. */
+  base?: string;
   pets: number;
   instances: Running[];
   workloads: WorkloadName[];
@@ -76,19 +82,22 @@ const describeSample = (bare: Sample, sample: Sample & { peakRss?: number; cpuMi
   `peak RSS ${sample.peakRss === undefined ? 'n/a' : (sample.peakRss / 1048576).toFixed(0)} MB`;
 
 /**
- * The 10,000-pet store of `store` served again with the per-key limit off (`id` in the report),
- * sampled right after the shipped row of each read workload: what counting the limit costs.
+ * The 10,000-pet store of the shipped row `base` served again with one setting changed
+ * (`variant`), sampled right after that row for each read workload: the limit off shows what
+ * counting it costs, the log off what the request line costs.
  */
-async function addLimitOff(id: string, store: 'SQLite' | 'PostgreSQL', seeded: Seeded): Promise<void> {
-  const off = await startService(id, { ...seeded.env, ...LIMIT_OFF_ENV }, SERVER_CPU, logFile(id), serviceNode);
+async function addExtra(base: string, variant: keyof typeof EXTRA_ENV, store: 'SQLite' | 'PostgreSQL', seeded: Seeded) {
+  const id = `${base}-${variant}`;
+  const extra = await startService(id, { ...seeded.env, ...EXTRA_ENV[variant] }, SERVER_CPU, logFile(id), serviceNode);
   // Stopped before anything else is cleaned up: a PostgreSQL schema is dropped only after.
-  cleanups.unshift(off.stop);
+  cleanups.unshift(extra.stop);
   extras.push({
     id,
     store,
-    variant: 'limit-off',
+    variant,
+    base,
     pets: 10_000,
-    instances: [off],
+    instances: [extra],
     workloads: ['list', 'pages', 'getPet'],
     seeded,
   });
@@ -121,8 +130,9 @@ async function main() {
       walFile: `${path}-wal`,
     });
     if (pets === 10_000) {
-      // Reads only: this second process on the same file never writes.
-      await addLimitOff('sqlite-10000-limit-off', 'SQLite', seeded);
+      // Reads only: these other processes on the same file never write.
+      await addExtra('sqlite-10000', 'limit-off', 'SQLite', seeded);
+      await addExtra('sqlite-10000', 'log-warn', 'SQLite', seeded);
       // A copy of the seeded file, taken before any workload wrote to it: its creates stay apart.
       const minimalPath = join(temp, 'minimal.db');
       copyFileSync(path, minimalPath);
@@ -132,6 +142,7 @@ async function main() {
         id: 'minimal',
         store: 'SQLite',
         variant: 'minimal',
+        base: 'sqlite-10000',
         pets,
         instances: [minimal],
         workloads: ['list', 'pages', 'getPet', 'create'],
@@ -149,7 +160,7 @@ async function main() {
     const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, logFile('pg-1'), serviceNode);
     cleanups.unshift(one.stop);
     targets.push({ id: 'pg-1', store: 'PostgreSQL', pets: 10_000, instances: [one], workloads: ALL, seeded });
-    await addLimitOff('pg-1-limit-off', 'PostgreSQL', seeded);
+    await addExtra('pg-1', 'limit-off', 'PostgreSQL', seeded);
     const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, logFile('pg-2a'), serviceNode);
     const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, logFile('pg-2b'), serviceNode);
     cleanups.unshift(a.stop, b.stop);
@@ -167,10 +178,10 @@ async function main() {
     postgres = `not reachable at ${POSTGRES_URL.replace(/\/\/[^@]*@/, '//')}: skipped`;
   }
 
-  // Each extra row runs right after the row it is compared with.
+  // Each extra row runs after the row it is compared with, in the order added: the limit off first.
   for (const extra of extras) {
-    const base = targets.findIndex((target) => target.store === extra.store && target.pets === extra.pets);
-    targets.splice(base + 1, 0, extra);
+    const last = targets.findLastIndex((target) => target.id === extra.base || target.base === extra.base);
+    targets.splice(last + 1, 0, extra);
   }
 
   // The bare server answers with the very bytes of a list page, so both send the same body size.
