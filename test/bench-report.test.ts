@@ -96,6 +96,7 @@ test('p99 ÷ p50 and peak RSS are judged on the shipped service at every SQLite 
     row('SQLite', 1, 4, 98), // 10,000 pets
     row('SQLite', 2, 14, 103), // 1,000,000 pets: the worst of both
     row('SQLite', 1, 20, 150, 'limit-off'),
+    row('SQLite', 1, 25, 155, 'log-warn'),
     row('SQLite', 1, 30, 160, 'minimal'),
     row('PostgreSQL', 1, 40, 170),
     row('bare', 1, 50, 180),
