@@ -83,8 +83,8 @@ const describeSample = (bare: Sample, sample: Sample & { peakRss?: number; cpuMi
 
 /**
  * The 10,000-pet store of the shipped row `base` served again with one setting changed
- * (`variant`), sampled right after that row for each read workload: the limit off shows what
- * counting it costs, the log off what the request line costs.
+ * (`variant`), sampled after that row and the extras added before it, for each read workload:
+ * the limit off shows what counting it costs, the log off what the request line costs.
  */
 async function addExtra(base: string, variant: keyof typeof EXTRA_ENV, store: 'SQLite' | 'PostgreSQL', seeded: Seeded) {
   const id = `${base}-${variant}`;
