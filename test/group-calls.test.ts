@@ -3,9 +3,9 @@ import { test } from 'node:test';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import type { PetStatus } from '../src/schemas.js';
 import { groupCalls } from '../src/store/batches.js';
-import type { PetRecord } from '../src/store/store.js';
+import type { ListQuery, PetRecord } from '../src/store/store.js';
 import pg from 'pg';
-import { openPostgresStore } from '../src/store/postgres.js';
+import { openPostgresStore, pageKey } from '../src/store/postgres.js';
 import { createPostgresSchema, migratedStore, storeKinds } from './stores.js';
 
 const postgres = storeKinds.find((kind) => kind.name === 'PostgreSQL')!;
@@ -112,11 +112,9 @@ test(
   },
 );
 
-test('with keyOf, calls of one turn with the same key run once and share its outcome', async () => {
+test("with keyOf (the PostgreSQL store's pageKey), calls of one turn with the same key run once and share its outcome", async () => {
   const runs: unknown[][] = [];
-  const pageKey = (q: { status?: string; afterId?: bigint; limit: number }) =>
-    `${q.status ?? ''} ${q.afterId ?? 0n} ${q.limit}`;
-  const pages = groupCalls(async (queries: { status?: string; afterId?: bigint; limit: number }[]) => {
+  const pages = groupCalls(async (queries: ListQuery[]) => {
     runs.push(queries);
     return queries.map((q, i): PromiseSettledResult<string> =>
       q.limit > 20
@@ -170,6 +168,32 @@ test(
     assert.deepEqual(
       pages[3]!.map((pet) => pet.name),
       ['Pet 0', 'Pet 1', 'Pet 2'],
+    );
+  },
+);
+
+test(
+  'PostgreSQL: pages of two statuses asked for at the same moment each hold their own status',
+  { skip: postgres.skip },
+  async (t) => {
+    const [store] = await migratedStore(postgres, t);
+    for (let i = 0; i < 6; i++) {
+      await store.createPet({ name: `Pet ${i}`, categoryId: BigInt(i), status: i % 2 ? 'pending' : 'sold' });
+    }
+    const pages = await Promise.all([
+      store.listPets({ status: 'sold', limit: 2 }),
+      store.listPets({ status: 'pending', limit: 2 }),
+      store.listPets({ status: 'sold', limit: 2 }),
+      store.listPets({ status: 'pending', afterId: 2n, limit: 2 }),
+    ]);
+    assert.deepEqual(
+      pages.map((page) => page.map((pet) => pet.name)),
+      [
+        ['Pet 0', 'Pet 2'],
+        ['Pet 1', 'Pet 3'],
+        ['Pet 0', 'Pet 2'],
+        ['Pet 3', 'Pet 5'],
+      ],
     );
   },
 );

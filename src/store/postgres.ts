@@ -229,6 +229,9 @@ function translate(error: unknown): unknown {
 
 const ignore = () => {};
 
+/** What makes two page queries one page: status, cursor (none is 0) and limit. */
+export const pageKey = (q: ListQuery) => `${q.status ?? ''} ${q.afterId ?? 0n} ${q.limit}`;
+
 /**
  * A Store on PostgreSQL at `url` (`postgres://user@host:5432/db`), shared by any number of
  * service instances. Connections open lazily: opening never fails, the first query might.
@@ -388,7 +391,6 @@ export function openPostgresStore(
   // page's place in the group. A page that several requests of the turn ask for (the first
   // page, by every client at once) is read once: groupCalls keys the queries, and listPets gives
   // each caller a copy, since the route cuts the page it gets to the limit.
-  const pageKey = (q: ListQuery) => `${q.status ?? ''} ${q.afterId ?? 0n} ${q.limit}`;
   const groupPages = (name: 'listAllPages' | 'listPagesByStatus', values: (queries: ListQuery[]) => unknown[]) =>
     groupCalls(async (queries: ListQuery[]) => {
       const { rows } = await query<PetRow & { n: bigint }>(name, values(queries));
