@@ -13,7 +13,8 @@
 //
 // A variant is `label:` then settings separated by spaces: environment variables for the
 // service (as shipped otherwise: SHIPPED_ENV), `main=<path>` to run another build's
-// dist/main.js, and `flags=<a>,<b>` for node's flags instead of npm start's (`flags=` for none).
+// dist/main.js, and `flags=<a>,<b>` to give node flags, which npm start does not: an explicit
+// comparison, never the shipped service.
 // The report goes to standard output and bench/results/compare.md (compare-<name>.md with
 // `--out <name>`).
 import { spawn, spawnSync } from 'node:child_process';

@@ -1,9 +1,11 @@
 // Plain JavaScript so it runs on bare node, without the TypeScript loader.
-// The floor of the stack the service is built on, as a reference row: Fastify with one route per
-// operation and a JSON schema each, better-sqlite3 on a copy of the seeded file (WAL,
-// synchronous=FULL), and nothing else: no key check, no rate limit, no request log, no metrics,
-// no page cache, no X-Request-Id, no idempotency, one fsync per create. Nobody should run it;
-// it shows what the framework and the database cost before the service adds anything.
+// The reference row the service's SQLite targets are ratios to: Fastify with one route per
+// operation the bench drives (the first page and the page after an id, getPet, createPet), a
+// JSON schema each and one prepared statement each, the very SQL the service's SQLite store runs
+// (src/store/sqlite.ts), on a copy of the seeded file (WAL, synchronous=FULL); nothing else: no
+// key check, no rate limit, no request log, no metrics, no page cache, no X-Request-Id, no
+// idempotency, one fsync per create. Nobody should run it; it is what the framework and the
+// database cost before the service adds anything.
 import Database from 'better-sqlite3';
 import Fastify from 'fastify';
 import { Buffer } from 'node:buffer';
@@ -16,8 +18,8 @@ db.pragma('busy_timeout = 5000');
 db.defaultSafeIntegers(true);
 const columns = 'id, name, category_id AS categoryId, status';
 const getPet = db.prepare(`SELECT ${columns} FROM pets WHERE id = ?`);
-// `LIMIT +?`, as the service writes it: with `LIMIT ?` SQLite compiles the statement again on
-// every call (bench/README.md, "The page queries compiled once"), and the floor would be lower.
+// `LIMIT +?`, as the service writes it (LIST_ALL in src/store/sqlite.ts): SQLite then compiles
+// the statement once, where with `LIMIT ?` it would compile it again on every call.
 const listPets = db.prepare(`SELECT ${columns} FROM pets WHERE id > ? ORDER BY id LIMIT +?`);
 const insertPet = db.prepare('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)');
 
@@ -44,6 +46,8 @@ app.get(
       response: { 200: { type: 'array', items: Pet } },
     },
   },
+  // The cursor is the service's (src/pets/cursor.ts): base64url of `<status>:<last id>`; the
+  // bench's pages carry no status, so the page after an id is `WHERE id > ?`, as in the service.
   async (request, reply) => {
     const { limit = 20, cursor } = request.query;
     const after = cursor === undefined ? 0n : BigInt(Buffer.from(cursor, 'base64url').toString().split(':')[1]);

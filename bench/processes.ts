@@ -16,12 +16,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 export const ROOT = new URL('..', import.meta.url).pathname;
 const MAIN = `${ROOT}dist/main.js`;
 
-/** The node flags `npm start` runs the service with (package.json), so the bench measures the service as shipped. */
-export const START_FLAGS: string[] = (() => {
-  const { scripts } = JSON.parse(readFileSync(`${ROOT}package.json`, 'utf8')) as { scripts: { start: string } };
-  const words = scripts.start.split(' ');
-  return words.slice(words.indexOf('node') + 1, words.indexOf('dist/main.js'));
-})();
+/**
+ * The command `npm start` runs (package.json), from the project's root: plain node, no flags, the
+ * service's defaults. The bench starts the service with it, so it measures the service as shipped.
+ */
+export const START_COMMAND = ['node', 'dist/main.js', 'serve'] as const;
 
 const hasTaskset = spawnSync('taskset', ['--version']).status === 0;
 
@@ -48,6 +47,8 @@ export interface Running {
   output: () => string;
   /** Peak resident set since the last resetPeak, in bytes (Linux VmHWM). */
   peakRss: () => number | undefined;
+  /** Resident set now, in bytes (Linux VmRSS). */
+  rss: () => number | undefined;
   resetPeak: () => void;
   /** Empties the log file once it is large, as a collector's rotation would (the service appends). */
   trimLog: () => void;
@@ -84,9 +85,9 @@ function readCpu(pid: number | undefined): number {
   }
 }
 
-function readPeak(pid: number | undefined): number | undefined {
+function readStatus(pid: number | undefined, field: 'VmHWM' | 'VmRSS'): number | undefined {
   try {
-    const kib = /VmHWM:\s+([0-9]+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+    const kib = new RegExp(`${field}:\\s+([0-9]+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
     return kib === undefined ? undefined : Number(kib) * 1024;
   } catch {
     return undefined;
@@ -121,7 +122,8 @@ export async function startProcess(
     url,
     child,
     output,
-    peakRss: () => readPeak(child.pid),
+    peakRss: () => readStatus(child.pid, 'VmHWM'),
+    rss: () => readStatus(child.pid, 'VmRSS'),
     cpuMicros: () => readCpu(child.pid),
     // Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS.
     resetPeak: () => {
@@ -161,27 +163,31 @@ function tail(file: string, bytes: number): string {
  */
 export const SHIPPED_ENV: Record<string, string> = { PETSTORE_RATE_LIMIT: '1000000000' };
 
-/** How node runs the service: its flags (npm start's by default) and the build's main file. */
+/**
+ * Another build's main file, or node flags, for `npm run bench:compare`'s variants and
+ * `npm run bench:profile`'s profiler; the rows `npm run bench` judges use neither.
+ */
 export interface ServiceNode {
   flags?: string[];
   main?: string;
 }
 
 /**
- * The built service as `npm start` runs it (`node <START_FLAGS> dist/main.js serve`), with its
- * defaults (SHIPPED_ENV) unless `env` says otherwise; its request log goes to `logFile`.
+ * The built service as `npm start` runs it (START_COMMAND), with its defaults (SHIPPED_ENV)
+ * unless `env` says otherwise; its request log goes to `logFile`.
  */
 export async function startService(
   name: string,
   env: Record<string, string>,
   cpu: number | undefined,
   logFile: string,
-  { flags = START_FLAGS, main = MAIN }: ServiceNode = {},
+  { flags = [], main = MAIN }: ServiceNode = {},
 ): Promise<Running> {
   const port = await freePort();
+  const [node, , ...args] = START_COMMAND;
   return startProcess(
     name,
-    ['node', ...flags, main, 'serve'],
+    [node, ...flags, main, ...args],
     { PORT: String(port), ...SHIPPED_ENV, ...env },
     { cpu, port, probe: '/healthz', logFile },
   );

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { drive, workload, workloadName } from './load.js';
-import { START_FLAGS, startService } from './processes.js';
+import { startService } from './processes.js';
 import { npmCommand, utcMinute } from './report.js';
 import { POSTGRES_URL, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
@@ -106,7 +106,8 @@ try {
     }
     const dir = join(temp, name);
     const service = await startService(name, seeded.env, 1, join(temp, `${name}.log`), {
-      flags: [...START_FLAGS, '--cpu-prof', '--cpu-prof-dir', dir],
+      // The profiler's flags alone: npm start gives node none.
+      flags: ['--cpu-prof', '--cpu-prof-dir', dir],
     });
     try {
       const sample = await drive(workload(name, 10_000, seeded.key), [service.port], Number(options.duration));
@@ -125,6 +126,5 @@ try {
 }
 const text = report.join('\n') + '\n';
 process.stdout.write(text);
-// The figures bench/README.md quotes come from this file, not from memory.
 const out = new URL(`results/profile${options.postgres ? '-postgres' : ''}.md`, import.meta.url);
 writeFileSync(out, text);

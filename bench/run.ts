@@ -1,14 +1,23 @@
-// `npm run bench`: the built service against a bare node:http server, in interleaved rounds.
+// `npm run bench`: the built service, as `npm start` runs it, against a bare node:http server and
+// the reference row (bench/minimal.mjs), in interleaved rounds. bench/README.md is the runbook.
 // Options: --pets 10000[,1000000] --rounds 3 --duration 5 --warmup 1 --quick --postgres / --no-postgres
-// --node-options '<flags for the service, after those of npm start>'
+// --soak <seconds>: then the 90/10 mix on the shipped SQLite service for that long, RSS every minute.
 import { copyFileSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import { drive, hasWrk, workload, type Sample, type WorkloadName } from './load.js';
-import { pinning, SHIPPED_ENV, START_FLAGS, startBare, startMinimal, startService, type Running } from './processes.js';
-import { npmCommand, writeReport, type Measured, type RunInfo } from './report.js';
+import {
+  pinning,
+  SHIPPED_ENV,
+  START_COMMAND,
+  startBare,
+  startMinimal,
+  startService,
+  type Running,
+} from './processes.js';
+import { npmCommand, writeReport, type Measured, type RunInfo, type SoakMinute } from './report.js';
 import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const SERVER_CPU = 1;
@@ -22,13 +31,12 @@ const { values: options } = parseArgs({
     quick: { type: 'boolean', default: false },
     postgres: { type: 'boolean' },
     'no-postgres': { type: 'boolean', default: false },
-    // More flags for the service's node, after those npm start gives it, e.g. --node-options=--max-semi-space-size=4.
-    'node-options': { type: 'string', default: '' },
+    // Seconds of the 90/10 mix on the shipped SQLite service after the rounds, RSS read every minute.
+    soak: { type: 'string' },
   },
 });
 const quick = options.quick;
-const nodeFlags = options['node-options'].split(' ').filter(Boolean);
-const serviceNode = { flags: [...START_FLAGS, ...nodeFlags] };
+const soakSeconds = options.soak === undefined ? 0 : Number(options.soak);
 const rounds = Number(options.rounds ?? (quick ? 1 : 3));
 const seconds = Number(options.duration ?? (quick ? 2 : 5));
 const warmup = Number(options.warmup ?? 1);
@@ -37,14 +45,35 @@ const petCounts = [...new Set([10_000, ...options.pets.split(',').map(Number)])]
 if (petCounts.some((n) => !Number.isInteger(n) || n < 100) || ![rounds, seconds, warmup].every((n) => n > 0)) {
   throw new Error('--pets takes whole numbers of at least 100; --rounds, --duration and --warmup positive numbers');
 }
+// Two whole minutes at least: the first warm minute and the last one are compared.
+if (options.soak !== undefined && !(Number.isInteger(soakSeconds) && soakSeconds >= 120)) {
+  throw new Error('--soak takes whole seconds, at least 120');
+}
+const SOAK_MINUTE = 60;
 
 const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
-// The extra configurations, each with one setting changed from the shipped defaults: the per-key
-// limit off, to show what counting it costs, and the request log off, to show what its line costs.
-const EXTRA_ENV = {
-  'limit-off': { PETSTORE_RATE_LIMIT: 'off' },
-  'log-warn': { LOG_LEVEL: 'warn' },
-} as const;
+
+/**
+ * The extra rows: the shipped service on the same store with its environment changed as `env`
+ * says, sampled right after the shipped row (in this order) on the read workloads, and reported
+ * apart under `setting`, judged against no target but the limit's cost (`limit-off`). Another
+ * row is one more entry here, e.g. a tracing row:
+ * `{ variant: 'tracing', setting: 'traces sent to an OTLP collector (…)', env: { … }, stores: ['SQLite'] }`.
+ */
+const EXTRAS: { variant: string; setting: string; env: Record<string, string>; stores: Target['store'][] }[] = [
+  {
+    variant: 'limit-off',
+    setting: 'per-key rate limit off (`PETSTORE_RATE_LIMIT=off`)',
+    env: { PETSTORE_RATE_LIMIT: 'off' },
+    stores: ['SQLite', 'PostgreSQL'],
+  },
+  {
+    variant: 'log-warn',
+    setting: 'request log off (`LOG_LEVEL=warn`: no line per request)',
+    env: { LOG_LEVEL: 'warn' },
+    stores: ['SQLite'],
+  },
+];
 // Reads first in a round: the writes grow the store the next round reads.
 const WRITES: WorkloadName[] = ['create', 'mix'];
 const ALL: WorkloadName[] = [...READS, ...WRITES];
@@ -53,10 +82,12 @@ interface Target {
   id: string;
   store: 'bare' | 'SQLite' | 'PostgreSQL';
   /**
-   * What the service's environment changes from the shipped defaults, or `minimal`: not the
-   * service but bench/minimal.mjs; none for the rows that judge the targets.
+   * An extra row's name (EXTRAS), or `minimal`: not the service but bench/minimal.mjs; none for
+   * the service as shipped.
    */
-  variant?: 'limit-off' | 'log-warn' | 'minimal';
+  variant?: string;
+  /** An extra row's change from the shipped defaults, in words. */
+  setting?: string;
   /** The id of the shipped row an extra row is sampled right after, and compared with. */
   base?: string;
   pets: number;
@@ -81,26 +112,25 @@ const describeSample = (bare: Sample, sample: Sample & { peakRss?: number; cpuMi
   `p99 ${sample.p99Ms} ms, ${sample.cpuMicros?.toFixed(0) ?? 'n/a'} µs CPU per answer, ` +
   `peak RSS ${sample.peakRss === undefined ? 'n/a' : (sample.peakRss / 1048576).toFixed(0)} MB`;
 
-/**
- * The 10,000-pet store of the shipped row `base` served again with one setting changed
- * (`variant`), sampled after that row and the extras added before it, for each read workload:
- * the limit off shows what counting it costs, the log off what the request line costs.
- */
-async function addExtra(base: string, variant: keyof typeof EXTRA_ENV, store: 'SQLite' | 'PostgreSQL', seeded: Seeded) {
-  const id = `${base}-${variant}`;
-  const extra = await startService(id, { ...seeded.env, ...EXTRA_ENV[variant] }, SERVER_CPU, logFile(id), serviceNode);
-  // Stopped before anything else is cleaned up: a PostgreSQL schema is dropped only after.
-  cleanups.unshift(extra.stop);
-  extras.push({
-    id,
-    store,
-    variant,
-    base,
-    pets: 10_000,
-    instances: [extra],
-    workloads: ['list', 'pages', 'getPet'],
-    seeded,
-  });
+/** Every extra row (EXTRAS) of `store`, on the 10,000-pet store `seeded` of the shipped row `base`. */
+async function addExtras(base: string, store: 'SQLite' | 'PostgreSQL', seeded: Seeded) {
+  for (const { variant, setting, env } of EXTRAS.filter((extra) => extra.stores.includes(store))) {
+    const id = `${base}-${variant}`;
+    const extra = await startService(id, { ...seeded.env, ...env }, SERVER_CPU, logFile(id));
+    // Stopped before anything else is cleaned up: a PostgreSQL schema is dropped only after.
+    cleanups.unshift(extra.stop);
+    extras.push({
+      id,
+      store,
+      variant,
+      setting,
+      base,
+      pets: 10_000,
+      instances: [extra],
+      workloads: ['list', 'pages', 'getPet'],
+      seeded,
+    });
+  }
 }
 
 async function main() {
@@ -111,13 +141,7 @@ async function main() {
     log(`seeding SQLite with ${pets} pets`);
     const path = join(temp, `pets-${pets}.db`);
     const seeded = seedSqlite(path, pets);
-    const service = await startService(
-      `SQLite ${pets}`,
-      seeded.env,
-      SERVER_CPU,
-      logFile(`sqlite-${pets}`),
-      serviceNode,
-    );
+    const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU, logFile(`sqlite-${pets}`));
     cleanups.push(service.stop);
     if (pets === 10_000) startedRss.push({ name: 'the service on SQLite', bytes: service.peakRss() });
     targets.push({
@@ -131,8 +155,7 @@ async function main() {
     });
     if (pets === 10_000) {
       // Reads only: these other processes on the same file never write.
-      await addExtra('sqlite-10000', 'limit-off', 'SQLite', seeded);
-      await addExtra('sqlite-10000', 'log-warn', 'SQLite', seeded);
+      await addExtras('sqlite-10000', 'SQLite', seeded);
       // A copy of the seeded file, taken before any workload wrote to it: its creates stay apart.
       const minimalPath = join(temp, 'minimal.db');
       copyFileSync(path, minimalPath);
@@ -157,12 +180,12 @@ async function main() {
     log('seeding PostgreSQL with 10000 pets');
     const seeded = await seedPostgres(POSTGRES_URL, `petstore_bench_${process.pid}`, 10_000);
     cleanups.push(seeded.drop);
-    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, logFile('pg-1'), serviceNode);
+    const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, logFile('pg-1'));
     cleanups.unshift(one.stop);
     targets.push({ id: 'pg-1', store: 'PostgreSQL', pets: 10_000, instances: [one], workloads: ALL, seeded });
-    await addExtra('pg-1', 'limit-off', 'PostgreSQL', seeded);
-    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, logFile('pg-2a'), serviceNode);
-    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, logFile('pg-2b'), serviceNode);
+    await addExtras('pg-1', 'PostgreSQL', seeded);
+    const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, logFile('pg-2a'));
+    const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, logFile('pg-2b'));
     cleanups.unshift(a.stop, b.stop);
     targets.push({
       id: 'pg-2',
@@ -178,7 +201,7 @@ async function main() {
     postgres = `not reachable at ${POSTGRES_URL.replace(/\/\/[^@]*@/, '//')}: skipped`;
   }
 
-  // Each extra row runs after the row it is compared with, in the order added: the limit off first.
+  // Each extra row, and the reference row, runs after the row it is compared with, in the order added.
   for (const extra of extras) {
     const last = targets.findLastIndex((target) => target.id === extra.base || target.base === extra.base);
     targets.splice(last + 1, 0, extra);
@@ -259,6 +282,8 @@ async function main() {
   }
   addBare(await measure(bareTarget, 'list', seconds));
 
+  const soak = soakSeconds > 0 ? await soakRun(targets.find((target) => target.id === 'sqlite-10000')!) : undefined;
+
   const measured: Measured[] = [];
   for (const target of targets) {
     for (const name of target.workloads) {
@@ -266,6 +291,7 @@ async function main() {
         target: target.id,
         store: target.store,
         variant: target.variant,
+        setting: target.setting,
         pets: target.pets,
         instances: target.instances.length,
         workload: name,
@@ -282,7 +308,7 @@ async function main() {
     loadGenerator: hasWrk() ? 'wrk' : 'autocannon',
     pinned: pinning(),
     postgres,
-    nodeFlags,
+    startCommand: START_COMMAND.join(' '),
     env: SHIPPED_ENV,
     walEnd: sqliteTargets.map((target) => ({ pets: target.pets, bytes: walSize(target.walFile!) })),
     walMax: Math.max(0, ...walSizes),
@@ -291,6 +317,7 @@ async function main() {
     bodyBytes: body.length,
     startedAt: new Date(started),
     minutes: (Date.now() - started) / 60_000,
+    soak,
   };
   for (const target of targets) {
     for (const instance of target.instances) {
@@ -299,6 +326,30 @@ async function main() {
   }
   const files = writeReport(measured, info);
   log(`wrote ${files.join(', ')}`);
+}
+
+/**
+ * The 90/10 mix on `target`'s service for --soak seconds, in runs of a minute (the last one
+ * shorter when the seconds are not whole minutes), its peak RSS reset before each and read after
+ * it, with its RSS at the end of it: whether memory stays flat once warm.
+ */
+async function soakRun(target: Target): Promise<SoakMinute[]> {
+  const service = target.instances[0]!;
+  const load = workload('mix', target.pets, target.seeded!.key);
+  const minutes: SoakMinute[] = [];
+  for (let done = 0; done < soakSeconds; done += SOAK_MINUTE) {
+    const seconds = Math.min(SOAK_MINUTE, soakSeconds - done);
+    service.resetPeak();
+    const sample = await drive(load, [service.port], seconds);
+    minutes.push({ ...sample, endSeconds: done + seconds, peakRss: service.peakRss(), rss: service.rss() });
+    log(
+      `soak ${done + seconds}/${soakSeconds} s: ${Math.round(sample.rps)} req/s, p99 ${sample.p99Ms} ms, ` +
+        `peak RSS ${((service.peakRss() ?? 0) / 1048576).toFixed(0)} MB`,
+    );
+    service.trimLog();
+    if (service.child.exitCode !== null) throw new Error(`${service.name} exited:\n${service.output()}`);
+  }
+  return minutes;
 }
 
 function walSize(file: string): number {

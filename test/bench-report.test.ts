@@ -1,20 +1,27 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { parseWrk } from '../bench/load.js';
-import { SHIPPED_ENV, START_FLAGS } from '../bench/processes.js';
+import { SHIPPED_ENV, START_COMMAND } from '../bench/processes.js';
 import {
   npmCommand,
-  scaleRatio,
+  pairedRatio,
+  referenceRatios,
+  renderReport,
+  soakGrowth,
   SUMMARY_END,
+  SUMMARY_PAGES,
   SUMMARY_START,
   tailOf,
+  TARGETS,
   worstOfShippedSqlite,
   type Measured,
+  type RunInfo,
+  type SoakMinute,
 } from '../bench/report.js';
 
 const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
+const MB = 2 ** 20;
 
 function summaryOf(text: string, where: string): string {
   const start = text.indexOf(SUMMARY_START);
@@ -23,15 +30,22 @@ function summaryOf(text: string, where: string): string {
   return text.slice(start, end);
 }
 
-test('docs/benchmark.md shows the figures of the latest benchmark report, unchanged', () => {
+test('docs/benchmark.md and bench/README.md show the figures of the latest benchmark report, unchanged', () => {
   const report = read('bench/results/latest.md');
-  const page = read('docs/benchmark.md');
-  assert.equal(summaryOf(page, 'docs/benchmark.md'), summaryOf(report, 'bench/results/latest.md'));
+  assert.deepEqual(SUMMARY_PAGES, ['docs/benchmark.md', 'bench/README.md']);
+  for (const page of SUMMARY_PAGES) {
+    assert.equal(summaryOf(read(page), page), summaryOf(report, 'bench/results/latest.md'), page);
+  }
   // It measures the service as shipped, and says so: logs at info, the rate limit counted.
   assert.match(report, /\*\*As shipped\*\*: request logs at `info`/);
   assert.match(report, /PETSTORE_RATE_LIMIT=1000000000/);
-  assert.ok(page.includes('](../bench/results/chart.svg)'), 'docs/benchmark.md shows the chart');
+  assert.ok(read('docs/benchmark.md').includes('](../bench/results/chart.svg)'), 'docs/benchmark.md shows the chart');
   assert.match(read('bench/results/chart.svg'), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+});
+
+test('bench/README.md stays a runbook of at most 200 lines', () => {
+  const lines = read('bench/README.md').split('\n').length;
+  assert.ok(lines <= 200, `bench/README.md has ${lines} lines`);
 });
 
 test('reads req/s, p50, p99 and failures from wrk --latency output', () => {
@@ -79,7 +93,7 @@ test('the tail ratio is p99 ÷ p50, and none when p50 reads 0 (autocannon, under
   assert.ok(Number.isNaN(tailOf({ p50Ms: 0, p99Ms: 2 })));
 });
 
-test('p99 ÷ p50 and peak RSS are judged on the shipped service at every SQLite store size, not on extra rows', () => {
+test('peak RSS (and p99 ÷ p50, as information) are judged on the shipped service at every SQLite store size, not on extra rows', () => {
   const MB = 2 ** 20;
   const row = (
     store: Measured['store'],
@@ -104,7 +118,7 @@ test('p99 ÷ p50 and peak RSS are judged on the shipped service at every SQLite 
   assert.deepEqual(judged, { worstTail: 7, peakRss: 103 * MB });
 });
 
-test('the larger store is compared round by round: the median of each round’s pair of ratios to bare', () => {
+test('two rows are compared round by round: the median of each round’s pair of ratios to bare', () => {
   const samples = (pairs: [number, number][]) => ({
     samples: pairs.map(([rps, bareRps]) => ({ rps, bareRps, p50Ms: 1, p99Ms: 2, failures: 0 })),
   });
@@ -119,67 +133,179 @@ test('the larger store is compared round by round: the median of each round’s 
     [30, 50],
     [27, 100],
   ]);
-  assert.equal(Number(scaleRatio(base, big).toFixed(6)), 0.9);
+  assert.equal(Number(pairedRatio(base, big).toFixed(6)), 0.9);
 });
 
-test('npm start, npm run petstore and the bench run node with the same flags', () => {
+test('the bench starts the service as npm start does: node dist/main.js serve, no node flags', () => {
+  assert.deepEqual([...START_COMMAND], ['node', 'dist/main.js', 'serve']);
   const { scripts } = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
-  const flags = START_FLAGS.join(' ');
-  assert.match(flags, /--no-memory-reducer/);
-  assert.match(flags, /--max-semi-space-size=2/);
-  assert.match(flags, /--no-concurrent-recompilation/);
-  assert.equal(scripts.start, `exec node ${flags} dist/main.js serve`);
-  assert.equal(scripts.petstore, `exec node ${flags} dist/main.js`);
-  // BusyBox's env (Alpine) has no -S: the command's own first line cannot carry a flag.
-  assert.equal(read('src/main.ts').split('\n', 1)[0], '#!/usr/bin/env node');
-});
-
-// Objects that survive a few collections each, as requests in flight do: V8 grows its young
-// generation under such a load unless a flag bounds it.
-const YOUNG_LOAD = `
-const v8 = require('node:v8');
-const newSpace = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size;
-let largest = newSpace();
-const kept = [];
-for (let i = 0; i < 2e6; i++) {
-  kept.push({ i, text: 'x' + i });
-  if (kept.length > 100000) kept.splice(0, 50000);
-  if (i % 10000 === 0) largest = Math.max(largest, newSpace());
-}
-process.stdout.write(String(largest));`;
-
-const largestYoungGeneration = (flags: string[]) => {
-  const run = spawnSync(process.execPath, [...flags, '-e', YOUNG_LOAD], { encoding: 'utf8' });
-  assert.equal(run.status, 0, run.stderr);
-  return Number(run.stdout);
-};
-
-test("npm start's node flags bound V8's young generation, which grows without them", () => {
-  const MB = 2 ** 20;
-  // A flag V8 takes but does not act on (as --semi-space-growth-factor=1 was) fails this.
-  assert.ok(largestYoungGeneration(START_FLAGS) <= 8 * MB);
-  assert.ok(largestYoungGeneration(START_FLAGS.filter((flag) => !flag.includes('semi-space'))) > 16 * MB);
-});
-
-// A function hot enough for V8 to optimise; --trace-opt names the mode of each compilation.
-const HOT_FUNCTION = `
-function f(x) { return x * 2 + 1; }
-let s = 0;
-for (let i = 0; i < 2e7; i++) s += f(i);
-if (s < 0) throw new Error('unreachable');`;
-
-const compilationModes = (flags: string[]) => {
-  const run = spawnSync(process.execPath, [...flags, '--trace-opt', '-e', HOT_FUNCTION], { encoding: 'utf8' });
-  assert.equal(run.status, 0, run.stderr);
-  return new Set([...run.stdout.matchAll(/\[compiling method .*mode: ConcurrencyMode::(\w+)\]/g)].map((m) => m[1]));
-};
-
-test("npm start's node flags make V8 optimise on the main thread, which it does on helper threads without them", () => {
-  // Helper threads' compilations keep their memory in the threads' malloc arenas (bench/README.md).
-  assert.deepEqual(compilationModes(START_FLAGS), new Set(['kSynchronous']));
-  assert.ok(compilationModes(START_FLAGS.filter((flag) => !flag.includes('recompilation'))).has('kConcurrent'));
+  assert.equal(scripts.start!.replace(/^exec /, ''), START_COMMAND.join(' '));
 });
 
 test('the bench runs the service with its defaults: logs at info, limits counted, only the key limit out of reach', () => {
   assert.deepEqual(SHIPPED_ENV, { PETSTORE_RATE_LIMIT: '1000000000' });
+});
+
+// A run of three rounds with fixed figures: every sample has a bare server of 20,000 req/s around it.
+const BARE = 20_000;
+const sampled = (rps: number[], peakMb = 120): Measured['samples'] =>
+  rps.map((value) => ({
+    rps: value,
+    bareRps: BARE,
+    p50Ms: 2,
+    p99Ms: 8,
+    failures: 0,
+    peakRss: peakMb * MB,
+    cpuMicros: 50,
+  }));
+const row = (
+  target: string,
+  store: Measured['store'],
+  workload: string,
+  rps: number[],
+  more: Partial<Measured> = {},
+) => ({
+  target,
+  store,
+  pets: 10_000,
+  instances: 1,
+  workload,
+  samples: sampled(rps),
+  ...more,
+});
+
+const RUN: Measured[] = [
+  {
+    ...row('bare', 'bare', 'list', [BARE, BARE, BARE]),
+    samples: sampled([BARE, BARE, BARE]).map((s) => ({ ...s, bareRps: undefined })),
+  },
+  // The service over the reference: getPet 0.8, 0.7, 0.9 (median 0.8, met); a random page 0.7 (not met);
+  // the first page 2.0 (met); createPet 2.5 (not met).
+  row('sqlite-10000', 'SQLite', 'getPet', [8_000, 7_000, 9_000]),
+  row('sqlite-10000', 'SQLite', 'pages', [7_000, 7_000, 7_000]),
+  row('sqlite-10000', 'SQLite', 'list', [16_000, 16_000, 16_000]),
+  row('sqlite-10000', 'SQLite', 'create', [5_000, 5_000, 5_000]),
+  row('sqlite-10000', 'SQLite', 'mix', [9_000, 9_000, 9_000]),
+  row('minimal', 'SQLite', 'getPet', [10_000, 10_000, 10_000], { variant: 'minimal' }),
+  row('minimal', 'SQLite', 'pages', [10_000, 10_000, 10_000], { variant: 'minimal' }),
+  row('minimal', 'SQLite', 'list', [8_000, 8_000, 8_000], { variant: 'minimal' }),
+  row('minimal', 'SQLite', 'create', [2_000, 2_000, 2_000], { variant: 'minimal' }),
+  // An extra row with its own setting, as a tracing row would be.
+  row('sqlite-10000-tracing', 'SQLite', 'getPet', [6_123, 6_123, 6_123], {
+    variant: 'tracing',
+    setting: 'traces sent to an OTLP collector',
+  }),
+  // PostgreSQL against bare: list 0.45 (met), getPet 0.45 (not met), create 0.35 (met).
+  row('pg-1', 'PostgreSQL', 'list', [9_000, 9_000, 9_000]),
+  row('pg-1', 'PostgreSQL', 'getPet', [9_000, 9_000, 9_000]),
+  row('pg-1', 'PostgreSQL', 'create', [7_000, 7_000, 7_000]),
+];
+
+const INFO: RunInfo = {
+  command: 'npm run bench',
+  rounds: 3,
+  seconds: 5,
+  warmup: 1,
+  loadGenerator: 'wrk',
+  pinned: true,
+  postgres: 'postgres://127.0.0.1:5432/test',
+  startCommand: 'node dist/main.js serve',
+  env: SHIPPED_ENV,
+  walEnd: [{ pets: 10_000, bytes: 4 * MB }],
+  walMax: 4 * MB,
+  startedRss: [{ name: 'the service on SQLite', bytes: 80 * MB }],
+  storedAtEnd: [{ pets: 10_000, stored: 50_000 }],
+  bodyBytes: 1190,
+  startedAt: new Date('2026-11-27T23:00:00Z'),
+  minutes: 15,
+};
+
+test('the SQLite targets are ratios to the reference row, the same workload in the same rounds', () => {
+  assert.deepEqual(TARGETS.reference, { getPet: 0.75, pages: 0.8, list: 1.5, create: 3 });
+  const ratios = referenceRatios(RUN).map(({ workload, ratio, target, met }) => ({
+    workload,
+    ratio: Number(ratio.toFixed(6)),
+    target,
+    met,
+  }));
+  assert.deepEqual(ratios, [
+    { workload: 'getPet', ratio: 0.8, target: 0.75, met: true },
+    { workload: 'pages', ratio: 0.7, target: 0.8, met: false },
+    { workload: 'list', ratio: 2, target: 1.5, met: true },
+    { workload: 'create', ratio: 2.5, target: 3, met: false },
+  ]);
+  // No reference row measured (a run without it): no ratio is made up.
+  assert.deepEqual(referenceRatios(RUN.filter((m) => m.variant !== 'minimal')), []);
+});
+
+test('the report prints the ratio to the reference row per workload, with its target and whether it is met', () => {
+  const { latest, summary } = renderReport(RUN, INFO);
+  assert.ok(latest.includes(summary), 'the summary is part of the report');
+  for (const line of [
+    '| workload | service req/s | reference req/s | service ÷ reference | target | |',
+    '| getPet, random id | 8,000 | 10,000 | 0.80 | ≥ 0.75 | met |',
+    '| list, random page | 7,000 | 10,000 | 0.70 | ≥ 0.80 | **not met** |',
+    '| list, limit 20 | 16,000 | 8,000 | 2.00 | ≥ 1.50 | met |',
+    '| createPet (both synchronous=FULL) | 5,000 | 2,000 | 2.50 | ≥ 3.00 | **not met** |',
+  ]) {
+    assert.ok(summary.includes(line), `the summary has ${line}`);
+  }
+  assert.doesNotMatch(summary, /SQLite: [^|]*÷ bare GET ≥/, 'no SQLite target is a ratio to bare node:http');
+});
+
+test('the report judges PostgreSQL against bare node:http, and peak RSS against 256 MB', () => {
+  const { summary } = renderReport(RUN, INFO);
+  for (const line of [
+    '| PostgreSQL, one instance: list, limit 20 ÷ bare GET ≥ 0.40 | 0.45 | met |',
+    '| PostgreSQL, one instance: getPet, random id ÷ bare GET ≥ 0.50 | 0.45 | **not met** |',
+    '| PostgreSQL, one instance: createPet ÷ bare GET ≥ 0.30 | 0.35 | met |',
+    '| peak RSS ≤ 256 MB (worst workload of the shipped SQLite rows) | 120 MB | met |',
+  ]) {
+    assert.ok(summary.includes(line), `the summary has ${line}`);
+  }
+  const heavy = RUN.map((m) =>
+    m.target === 'sqlite-10000' && m.workload === 'mix' ? { ...m, samples: sampled([9_000, 9_000, 9_000], 260) } : m,
+  );
+  assert.ok(
+    renderReport(heavy, INFO).summary.includes(
+      '| peak RSS ≤ 256 MB (worst workload of the shipped SQLite rows) | 260 MB | **not met** |',
+    ),
+  );
+  // p99 ÷ p50 is shown as information, not judged.
+  assert.ok(summary.includes('Worst p99 ÷ p50 of the shipped SQLite rows, as information: 4.0×.'));
+  assert.doesNotMatch(summary, /\| p99 ≤/);
+});
+
+test('an extra row is reported apart under its setting, and judged against no target', () => {
+  const { latest, summary } = renderReport(RUN, INFO);
+  assert.ok(
+    latest.includes('### Extra row, not the shipped service: SQLite, 10,000 pets, traces sent to an OTLP collector'),
+  );
+  assert.ok(latest.includes('| getPet, random id | 6,123 |'));
+  assert.ok(!summary.includes('6,123'), 'the extra row is not in the summary');
+});
+
+test('--soak compares the last minute’s peak RSS with the first warm minute’s', () => {
+  const minute = (endSeconds: number, peakMb: number): SoakMinute => ({
+    endSeconds,
+    rps: 9_000,
+    p50Ms: 2,
+    p99Ms: 9,
+    failures: 0,
+    peakRss: peakMb * MB,
+    rss: (peakMb - 5) * MB,
+  });
+  const flat = [minute(60, 150), minute(120, 170), minute(180, 160)];
+  const grown = [minute(60, 150), minute(120, 160), minute(180, 170)];
+  assert.deepEqual(soakGrowth(flat), { first: 150 * MB, last: 160 * MB, growth: 160 / 150 - 1, met: true });
+  assert.equal(soakGrowth(grown).met, false);
+  const { latest, summary } = renderReport(RUN, { ...INFO, soak: flat });
+  assert.ok(
+    summary.includes(
+      "| RSS flat over 180 s of the 90/10 mix once warm: last minute's peak ≤ first's + 10% | 150 MB → 160 MB (+6.7%) | met |",
+    ),
+  );
+  assert.ok(latest.includes('| 120 s | 9,000 | 9.00 | 170 MB | 165 MB | 0 |'));
+  // Without --soak the report says how to run it.
+  assert.ok(renderReport(RUN, INFO).summary.includes('not run here: `npm run bench -- --soak 600`'));
 });
