@@ -5,6 +5,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';
 import { keysHelp, runKeysCommand, type Output } from './keys/cli.js';
+import { databaseHelp, isDatabaseCommand, runDatabaseCommand } from './store/cli.js';
+import { UnknownMigrationError } from './store/migrations.js';
 import { describeDatabase, openMigratedStore, serve, StartupError } from './server.js';
 import type { Store } from './store/store.js';
 
@@ -28,6 +30,9 @@ Commands:
   keys list [--json]             List keys (id, name, scopes, created, expires, state, last used); never a secret.
   keys revoke <id>               Revoke a key; every instance refuses it within one second.
   keys roll <id> [--grace 24h]   Issue a successor; the old key works until the grace ends.
+  migrate status [--json]        List migrations: applied (with when), pending, or unknown to this version.
+  backup <file> [--force]        Write a consistent copy of the SQLite database, even while it serves.
+  restore <file>                 Check a copy and put it in place of the SQLite database (service stopped).
 
 Options:
   -h, --help                     Show this help, or a command's: petstore keys create --help.
@@ -61,6 +66,7 @@ ${storeSettings}
 ${exitCodes}
 `,
   ...keysHelp,
+  ...databaseHelp,
 };
 
 class UsageError extends Error {
@@ -128,6 +134,8 @@ function askedHelp(positionals: string[], help: boolean): string | undefined {
 
 /** Runs the command line; resolves to the process exit code (serve keeps running). */
 export async function main(argv: string[]): Promise<number> {
+  if (isDatabaseCommand(argv))
+    return runDatabaseCommand(argv, { io, config: () => loadConfig(), describe: describeDatabase });
   if (argv[0] === 'keys')
     return runKeysCommand(argv.slice(1), {
       io,
@@ -188,6 +196,10 @@ main(process.argv.slice(2)).then(
   (error: unknown) => {
     if (error instanceof UsageError) {
       io.err(`petstore: ${error.message}\n\n${error.help}`);
+      process.exitCode = 2;
+    } else if (error instanceof StartupError && error.cause instanceof UnknownMigrationError) {
+      // CONTRACT.md "Migrations": a database a newer release touched is refused with exit 2.
+      io.err(`petstore: ${error.message}`);
       process.exitCode = 2;
     } else if (error instanceof StartupError) {
       io.err(`petstore: ${error.message}`);

@@ -90,12 +90,13 @@ ${exitCodes}
   'keys list': `Usage: petstore keys list [--json]
 
 Lists every key: id, name, its first characters, scopes, when it was created, when it expires,
-its state (active, expired, revoked) and when a request last used it, to the minute (each
-instance writes it at most once a minute). Never a key.
+its state (active, expired, revoked), when a request last used it and when one last called a
+deprecated operation with it (getPet, removed 2030-12-05), to the minute (each instance writes
+them at most once a minute). Never a key.
 
 Options:
   --json          One JSON line per key: {"id","name","hint","scopes","createdAt","expiresAt",
-                  "state","lastUsedAt","revokedAt","replacedBy"}.
+                  "state","lastUsedAt","lastDeprecatedUseAt","revokedAt","replacedBy"}.
 
 Settings (environment variables):
 ${storeSettings}
@@ -238,6 +239,7 @@ function readId(text: string | undefined, command: string): number {
 const iso = (date: Date | null) => date?.toISOString() ?? null;
 // CONTRACT.md: last use to the minute.
 const toMinute = (date: Date) => new Date(date.getTime() - (date.getTime() % 60_000)).toISOString();
+const shownMinute = (date: Date | null) => (date ? toMinute(date).slice(0, 16) + 'Z' : '-');
 
 function keyState(key: KeyRecord, now: Date): 'active' | 'expired' | 'revoked' {
   if (key.revokedAt) return 'revoked';
@@ -300,6 +302,7 @@ async function listKeysCommand(deps: KeysDeps, args: string[]): Promise<number> 
           expiresAt: iso(k.expiresAt),
           state: keyState(k, now),
           lastUsedAt: k.lastUsedAt && toMinute(k.lastUsedAt),
+          lastDeprecatedUseAt: k.lastDeprecatedUseAt && toMinute(k.lastDeprecatedUseAt),
           revokedAt: iso(k.revokedAt),
           replacedBy: k.replacedBy,
         }),
@@ -307,7 +310,7 @@ async function listKeysCommand(deps: KeysDeps, args: string[]): Promise<number> 
     }
     return 0;
   }
-  io.out(['ID', 'NAME', 'KEY', 'SCOPES', 'CREATED', 'EXPIRES', 'STATE', 'LAST USED'].join('\t'));
+  io.out(['ID', 'NAME', 'KEY', 'SCOPES', 'CREATED', 'EXPIRES', 'STATE', 'LAST USED', 'LAST DEPRECATED USE'].join('\t'));
   for (const k of keys) {
     const state = keyState(k, now);
     io.out(
@@ -319,7 +322,8 @@ async function listKeysCommand(deps: KeysDeps, args: string[]): Promise<number> 
         k.createdAt.toISOString(),
         k.expiresAt?.toISOString() ?? '-',
         k.replacedBy !== null && state === 'active' ? `active (replaced by ${k.replacedBy})` : state,
-        k.lastUsedAt ? toMinute(k.lastUsedAt).slice(0, 16) + 'Z' : '-',
+        shownMinute(k.lastUsedAt),
+        shownMinute(k.lastDeprecatedUseAt),
       ].join('\t'),
     );
   }

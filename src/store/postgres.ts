@@ -5,7 +5,7 @@ import { batchedCounters } from './counters.js';
 import { watchDiskErrors } from './disk-errors.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
-import { readMigrations } from './migrations.js';
+import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
 import {
   ACTIVE_KEY_COLUMNS,
@@ -119,6 +119,9 @@ const statements = {
   writeKeyUses:
     'UPDATE api_keys AS k SET last_used_at = u.at FROM unnest($1::bigint[], $2::timestamptz[]) AS u (id, at) ' +
     'WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.at)',
+  writeDeprecatedUses:
+    'UPDATE api_keys AS k SET last_deprecated_use_at = u.at FROM unnest($1::bigint[], $2::timestamptz[]) AS u (id, at) ' +
+    'WHERE k.id = u.id AND (k.last_deprecated_use_at IS NULL OR k.last_deprecated_use_at < u.at)',
   // The one-bigint advisory lock space, apart from the two-int4 one the locks above use. Held
   // for the transaction: while it is, a retry with the key (on any instance) is in flight.
   lockIdempotency:
@@ -315,9 +318,12 @@ export function openPostgresStore(
     const { rows } = await query<ActiveKeyRow>('findKey', [hash]);
     return rows[0] && toActiveKey(rows[0]);
   }, clock);
-  const keyUses = batchKeyUses(async (uses: KeyUse[]) => {
-    await query('writeKeyUses', [uses.map((use) => use.id), uses.map((use) => new Date(use.at))]);
-  }, keyUseFlushMs);
+  const batchUses = (name: 'writeKeyUses' | 'writeDeprecatedUses') =>
+    batchKeyUses(async (uses: KeyUse[]) => {
+      await query(name, [uses.map((use) => use.id), uses.map((use) => new Date(use.at))]);
+    }, keyUseFlushMs);
+  const keyUses = batchUses('writeKeyUses');
+  const deprecatedUses = batchUses('writeDeprecatedUses');
   const newKeyValues = (key: NewKeyRecord) => [
     key.name,
     key.hint,
@@ -423,6 +429,7 @@ export function openPostgresStore(
     memory: {
       rememberedKey: activeKeys.remembered,
       noteKeyUse: keyUses.note,
+      noteDeprecatedUse: deprecatedUses.note,
       countHit: hits.countHit,
       finalPages: false,
     },
@@ -446,9 +453,14 @@ export function openPostgresStore(
             name TEXT NOT NULL,
             applied_at TIMESTAMPTZ NOT NULL
           )`);
-          const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+          const { rows } = await client.query<{ version: number; name: string }>(
+            'SELECT version, name FROM schema_migrations',
+          );
+          const known = readMigrations('postgres');
+          // Before anything is written (the ROLLBACK below undoes the CREATE TABLE IF NOT EXISTS).
+          refuseUnknownMigrations(known, rows);
           const applied = new Set(rows.map((row) => row.version));
-          for (const migration of readMigrations('postgres')) {
+          for (const migration of known) {
             if (applied.has(migration.version)) continue;
             const started = performance.now();
             await client.query(migration.sql);
@@ -575,10 +587,41 @@ export function openPostgresStore(
         listAllPages.settle(),
         listPagesByStatus.settle(),
         keyUses.close(),
+        deprecatedUses.close(),
         hits.close(),
       ]).then(() => pool.end());
       await closed;
     },
   };
   return watchDiskErrors(store, isDiskError, probeWrite);
+}
+
+/**
+ * The migrations applied to the PostgreSQL database at `url` (`petstore migrate status`), read
+ * without migrating or writing anything; none when it has no `schema_migrations` table.
+ */
+export async function readPostgresMigrations(url: string, timeoutMs = 5000): Promise<AppliedMigration[]> {
+  const client = new pg.Client({
+    connectionString: url,
+    application_name: 'petstore',
+    connectionTimeoutMillis: timeoutMs,
+    statement_timeout: timeoutMs,
+    query_timeout: timeoutMs + CLIENT_GRACE_MS,
+  });
+  client.on('error', ignore);
+  try {
+    await client.connect();
+    const { rows: found } = await client.query<{ table: string | null }>(
+      "SELECT to_regclass('schema_migrations')::text AS table",
+    );
+    if (found[0]?.table == null) return [];
+    const { rows } = await client.query<{ version: number; name: string; applied_at: Date }>(
+      'SELECT version, name, applied_at FROM schema_migrations ORDER BY version',
+    );
+    return rows.map((row) => ({ version: row.version, name: row.name, appliedAt: row.applied_at }));
+  } catch (error) {
+    throw translate(error);
+  } finally {
+    await client.end().catch(ignore);
+  }
 }

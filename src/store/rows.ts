@@ -22,10 +22,12 @@ export interface KeyRow {
   expires_at: Time | null;
   revoked_at: Time | null;
   last_used_at: Time | null;
+  last_deprecated_use_at: Time | null;
   replaced_by: bigint | null;
 }
 
-export const KEY_COLUMNS = 'id, name, hint, scopes, created_at, expires_at, revoked_at, last_used_at, replaced_by';
+export const KEY_COLUMNS =
+  'id, name, hint, scopes, created_at, expires_at, revoked_at, last_used_at, last_deprecated_use_at, replaced_by';
 
 /** What `findActiveKey` reads of a key that is not revoked. */
 export interface ActiveKeyRow {
@@ -68,6 +70,7 @@ export const toKey = (row: KeyRow): KeyRecord => ({
   expiresAt: toDate(row.expires_at),
   revokedAt: toDate(row.revoked_at),
   lastUsedAt: toDate(row.last_used_at),
+  lastDeprecatedUseAt: toDate(row.last_deprecated_use_at),
   replacedBy: row.replaced_by === null ? null : Number(row.replaced_by),
 });
 

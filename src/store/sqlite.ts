@@ -8,7 +8,7 @@ import { watchDiskErrors } from './disk-errors.js';
 import { groupCommits } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
-import { readMigrations } from './migrations.js';
+import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import { readTurns } from './read-turns.js';
 import type { PetStatus } from '../schemas.js';
 import {
@@ -201,6 +201,10 @@ export function openSqliteStore(
     noteKeyUse: db.prepare(
       'UPDATE api_keys SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)',
     ),
+    noteDeprecatedUse: db.prepare(
+      'UPDATE api_keys SET last_deprecated_use_at = ? WHERE id = ? ' +
+        'AND (last_deprecated_use_at IS NULL OR last_deprecated_use_at < ?)',
+    ),
   });
   const countHit = memoryCounters();
   const ready = () => {
@@ -225,23 +229,26 @@ export function openSqliteStore(
     const row = forReading().findKey.get(hash);
     return row && toActiveKey(row);
   }, clock);
-  const writeKeyUses = db.transaction((uses: KeyUse[]) => {
+  const writeKeyUses = db.transaction((column: 'noteKeyUse' | 'noteDeprecatedUse', uses: KeyUse[]) => {
     for (const { id, at } of uses) {
       const time = new Date(at).toISOString();
-      ready().noteKeyUse.run(time, BigInt(id), time);
+      ready()[column].run(time, BigInt(id), time);
     }
   });
   // Off the request path, so it must not block it either: a write lock another process holds
   // makes this batch fail at once (and be retried with the next one) rather than wait busy_timeout.
-  const keyUses = batchKeyUses((uses) => {
-    reads.end();
-    db.pragma('busy_timeout = 0');
-    try {
-      writeKeyUses.immediate(uses);
-    } finally {
-      db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
-    }
-  }, keyUseFlushMs);
+  const batchUses = (column: 'noteKeyUse' | 'noteDeprecatedUse') =>
+    batchKeyUses((uses) => {
+      reads.end();
+      db.pragma('busy_timeout = 0');
+      try {
+        writeKeyUses.immediate(column, uses);
+      } finally {
+        db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
+      }
+    }, keyUseFlushMs);
+  const keyUses = batchUses('noteKeyUse');
+  const deprecatedUses = batchUses('noteDeprecatedUse');
   const newKeyValues = (key: NewKeyRecord) =>
     [
       key.name,
@@ -267,7 +274,13 @@ export function openSqliteStore(
   };
 
   const store: Store = {
-    memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, countHit, finalPages: true },
+    memory: {
+      rememberedKey: activeKeys.remembered,
+      noteKeyUse: keyUses.note,
+      noteDeprecatedUse: deprecatedUses.note,
+      countHit,
+      finalPages: true,
+    },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
       const names: string[] = [];
@@ -275,13 +288,17 @@ export function openSqliteStore(
       // IMMEDIATE: a second process migrating at the same moment waits instead of racing, then
       // reads what the first applied.
       db.transaction(() => {
-        const applied = new Set(
-          db
-            .prepare<[], { version: bigint }>('SELECT version FROM schema_migrations')
-            .all()
-            .map((row) => Number(row.version)),
+        const rows = db
+          .prepare<[], { version: bigint; name: string }>('SELECT version, name FROM schema_migrations')
+          .all();
+        const known = readMigrations('sqlite');
+        // Before anything is written: a newer release's database is left as it is.
+        refuseUnknownMigrations(
+          known,
+          rows.map((row) => ({ version: Number(row.version), name: row.name })),
         );
-        for (const migration of readMigrations('sqlite')) {
+        const applied = new Set(rows.map((row) => Number(row.version)));
+        for (const migration of known) {
           if (applied.has(migration.version)) continue;
           const started = performance.now();
           db.exec(migration.sql);
@@ -400,10 +417,36 @@ export function openSqliteStore(
       reads.end();
       if (statements) {
         inserts.flush();
-        await keyUses.close();
+        await Promise.all([keyUses.close(), deprecatedUses.close()]);
       }
       db.close();
     },
   };
   return retryWhileBusy(busyTimeoutMs, watchDiskErrors(store, isDiskError, probeWrite));
+}
+
+/** The migrations applied to an open SQLite database; none when it has no `schema_migrations` table. */
+export function appliedSqliteMigrations(db: Database.Database): AppliedMigration[] {
+  const table = db.prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'").get();
+  if (!table) return [];
+  return db
+    .prepare<[], { version: number | bigint; name: string; applied_at: string }>(
+      'SELECT version, name, applied_at FROM schema_migrations ORDER BY version',
+    )
+    .all()
+    .map((row) => ({ version: Number(row.version), name: row.name, appliedAt: new Date(row.applied_at) }));
+}
+
+/**
+ * The migrations applied to the SQLite file at `path` (`petstore migrate status`), read without
+ * creating, migrating or writing anything; waits up to `busyTimeoutMs` for another process's lock.
+ */
+export function readSqliteMigrations(path: string, busyTimeoutMs = 5000): AppliedMigration[] {
+  const db = new Database(path, { fileMustExist: true });
+  try {
+    db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
+    return appliedSqliteMigrations(db);
+  } finally {
+    db.close();
+  }
 }

@@ -28,6 +28,8 @@ export interface KeyRecord {
   revokedAt: Date | null;
   /** When a request last used it, as written at most once a minute per instance; null: never. */
   lastUsedAt: Date | null;
+  /** When a request last called a deprecated operation (getPet) with it, written like lastUsedAt; null: never. */
+  lastDeprecatedUseAt: Date | null;
   /** The id of the key `keys roll` issued to replace it. */
   replacedBy: number | null;
 }
@@ -110,6 +112,8 @@ export interface StoreMemory {
    * once a minute per key, off the request path (key-uses.ts). Never throws.
    */
   noteKeyUse(id: number, now: number): void;
+  /** Notes that key `id` called a deprecated operation at `now`; kept and written as noteKeyUse's. */
+  noteDeprecatedUse(id: number, now: number): void;
   /**
    * Counts one hit for `subject` in the fixed window starting at `windowStart` (unix ms) and
    * returns the count so far, at once. SQLite: this process's own count. PostgreSQL: the total

@@ -1,0 +1,202 @@
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { describeSettings, type Config } from '../config.js';
+import type { Output } from '../keys/cli.js';
+import { backupSqlite, OperationRefused, restoreSqlite } from './backup.js';
+import { migrationStates, readMigrations, type AppliedMigration } from './migrations.js';
+import { readSqliteMigrations } from './sqlite.js';
+
+export interface DatabaseDeps {
+  io: Output;
+  /** The configuration, read when a command needs it (a bad setting is a ConfigError). */
+  config: () => Config;
+  /** The database a configuration names, with its setting (server.ts describeDatabase). */
+  describe: (config: Config) => string;
+}
+
+const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
+
+/** Help for the database commands, shown by `petstore <command> --help` and `petstore help <command>`. */
+export const databaseHelp: Record<string, string> = {
+  backup: `Usage: petstore backup <file> [--force]
+
+Writes a consistent copy of the SQLite database (PETSTORE_DB) to <file> while the service runs
+and takes writes, with SQLite's online backup: every animal acknowledged with 201 before the
+command started is in the copy. The copy is readable by its owner alone (0600) and stands
+alone (no -wal file). Prints the copy's path and how many animals it holds.
+
+Options:
+  --force    Replace <file> when it exists; without it an existing file is refused.
+
+On PostgreSQL (DATABASE_URL) it refuses: use pg_dump (docs/operations.md#backups-and-restore).
+
+Settings (environment variables):
+${storeSettings}
+
+Exit status: 0 written, 1 refused or failed, 2 bad command line or setting (PostgreSQL).
+`,
+  restore: `Usage: petstore restore <file>
+
+Puts the copy in <file> in place of the SQLite database (PETSTORE_DB), atomically. The copy is
+checked first (SQLite's integrity check; a petstore database whose migrations this version
+knows); a damaged or foreign file is refused and the database is left as it was. Refused while
+any process has the database open (a service, a keys command): stop the service first. The
+service applies the copy's pending migrations when it starts.
+
+On PostgreSQL (DATABASE_URL) it refuses: use pg_restore (docs/operations.md#backups-and-restore).
+
+Settings (environment variables):
+${storeSettings}
+
+Exit status: 0 restored, 1 refused or failed, 2 bad command line or setting (PostgreSQL).
+`,
+  'migrate status': `Usage: petstore migrate status [--json]
+
+Lists each migration this version knows, applied (with when) or pending, and any the database
+holds that this version does not know (a newer release applied it: serve and migrate refuse
+such a database). Changes nothing; a SQLite file that does not exist has every migration pending.
+
+Options:
+  --json     One JSON line per migration: {"version","name","state","appliedAt"}; state is
+             applied, pending or unknown; appliedAt null when pending.
+
+Settings (environment variables):
+${storeSettings}
+
+Exit status: 0 listed, 1 the database cannot be read, 2 bad command line or setting.
+`,
+};
+
+class UsageError extends Error {}
+
+/** True for the command lines runDatabaseCommand runs. */
+export function isDatabaseCommand(argv: string[]): boolean {
+  return argv[0] === 'backup' || argv[0] === 'restore' || (argv[0] === 'migrate' && argv[1] === 'status');
+}
+
+/** The one positional argument, a file, of `backup` and `restore`. */
+function fileArgument(positionals: string[], command: string): string {
+  if (positionals.length !== 1 || positionals[0] === '') throw new UsageError(`${command} needs one file name`);
+  return positionals[0]!;
+}
+
+function sqliteOnly(config: Config, command: 'backup' | 'restore', io: Output): boolean {
+  if (!config.databaseUrl) return true;
+  const tool = command === 'backup' ? 'pg_dump' : 'pg_restore';
+  io.err(
+    `petstore: ${command} works on a SQLite database; this one is PostgreSQL (DATABASE_URL): use ${tool}, as docs/operations.md shows.`,
+  );
+  return false;
+}
+
+async function backupCommand(deps: DatabaseDeps, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { force: { type: 'boolean' } } });
+  const file = fileArgument(positionals, 'backup');
+  const config = deps.config();
+  if (!sqliteOnly(config, 'backup', deps.io)) return 2;
+  deps.io.err(`Backing up ${deps.describe(config)}.`);
+  const { path, pets } = await backupSqlite(config.sqlitePath, file, {
+    force: values.force ?? false,
+    busyTimeoutMs: config.dbTimeoutMs,
+  });
+  deps.io.out(`Wrote ${path}: ${pets} pet${pets === 1 ? '' : 's'}.`);
+  return 0;
+}
+
+async function restoreCommand(deps: DatabaseDeps, args: string[]): Promise<number> {
+  const { positionals } = parseArgs({ args, allowPositionals: true, options: {} });
+  const file = fileArgument(positionals, 'restore');
+  const config = deps.config();
+  if (!sqliteOnly(config, 'restore', deps.io)) return 2;
+  const database = deps.describe(config);
+  const { pets, migrations } = restoreSqlite(file, config.sqlitePath, database);
+  const pending = readMigrations('sqlite').length - migrations.length;
+  deps.io.out(`Restored ${resolve(file)} (${pets} pet${pets === 1 ? '' : 's'}) into ${database}.`);
+  if (pending > 0) deps.io.err(`The service applies the copy's ${pending} pending migration(s) when it starts.`);
+  return 0;
+}
+
+async function statusCommand(deps: DatabaseDeps, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
+  if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals.join(' ')}`);
+  const config = deps.config();
+  const database = deps.describe(config);
+  let applied: AppliedMigration[] = [];
+  const dialect = config.databaseUrl ? 'postgres' : 'sqlite';
+  try {
+    if (config.databaseUrl) {
+      // Loaded only when used, as store/open.ts does.
+      const { readPostgresMigrations } = await import('./postgres.js');
+      applied = await readPostgresMigrations(config.databaseUrl, config.dbTimeoutMs);
+    } else if (config.sqlitePath !== ':memory:' && existsSync(config.sqlitePath)) {
+      applied = readSqliteMigrations(config.sqlitePath, config.dbTimeoutMs);
+    } else {
+      deps.io.err(`${database} does not exist: every migration is pending.`);
+    }
+  } catch (error) {
+    throw new OperationRefused(`cannot read ${database}: ${(error as Error).message.split('\n')[0]}`);
+  }
+  const states = migrationStates(readMigrations(dialect), applied);
+  const { io } = deps;
+  if (values.json) {
+    for (const { version, name, state, appliedAt } of states) {
+      io.out(JSON.stringify({ version, name, state, appliedAt: appliedAt?.toISOString() ?? null }));
+    }
+  } else {
+    io.out(['MIGRATION', 'STATE', 'APPLIED'].join('\t'));
+    for (const { name, state, appliedAt } of states) io.out([name, state, appliedAt?.toISOString() ?? '-'].join('\t'));
+  }
+  const unknown = states.filter((m) => m.state === 'unknown').map((m) => m.name);
+  const pending = states.filter((m) => m.state === 'pending').length;
+  if (unknown.length > 0) {
+    io.err(`${database} holds ${unknown.join(', ')}, which this version does not know: serve and migrate refuse it.`);
+  } else if (pending > 0) {
+    io.err(`${pending} pending: 'petstore migrate' (or serve) applies them.`);
+  } else {
+    io.err('The database is up to date.');
+  }
+  return 0;
+}
+
+const commands: Record<string, (deps: DatabaseDeps, args: string[]) => Promise<number>> = {
+  backup: backupCommand,
+  restore: restoreCommand,
+  'migrate status': statusCommand,
+};
+
+/**
+ * `petstore backup|restore|migrate status …`: parses its own arguments, runs, and resolves to
+ * the exit status. A refusal is one line on standard error and 1; a bad command line prints the
+ * command's usage and is 2.
+ *
+ * @example process.exitCode = await runDatabaseCommand(['backup', '/backups/monday.db'], deps);
+ */
+export async function runDatabaseCommand(argv: string[], deps: DatabaseDeps): Promise<number> {
+  const name = argv[0] === 'migrate' ? 'migrate status' : argv[0]!;
+  const args = argv.slice(name.split(' ').length);
+  const help = databaseHelp[name]!;
+  if (args.includes('--help') || args.includes('-h')) {
+    deps.io.out(help);
+    return 0;
+  }
+  try {
+    return await commands[name]!(deps, args);
+  } catch (error) {
+    const code = String((error as { code?: unknown }).code);
+    if (error instanceof UsageError || code.startsWith('ERR_PARSE_ARGS')) {
+      deps.io.err(`petstore: ${(error as Error).message}\n\n${help}`);
+      return 2;
+    }
+    if (error instanceof OperationRefused) {
+      deps.io.err(`petstore: ${error.message}`);
+      return 1;
+    }
+    // A file or folder that cannot be made or read, a database SQLite refuses: the reason, one line.
+    if ((/^E[A-Z]+$/.test(code) && (error as { path?: unknown }).path !== undefined) || code.startsWith('SQLITE_')) {
+      deps.io.err(`petstore: ${name} failed: ${(error as Error).message}`);
+      return 1;
+    }
+    throw error;
+  }
+}
