@@ -2,19 +2,23 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { errorCodes, type ErrorBody, type ErrorCode } from './schemas.js';
 import { StoreUnavailableError } from './store/store.js';
 
-// C0 and C1 controls, DEL, line and paragraph separators, and lone surrogates.
+// C0 and C1 controls, DEL, line and paragraph separators, the bidirectional embeddings,
+// overrides and isolates (U+202A–U+202E, U+2066–U+2069: they reorder the text around them as it
+// is shown, CVE-2021-42574), and lone surrogates.
 const UNPRINTABLE =
   // eslint-disable-next-line no-control-regex -- matching control characters is the point
-  /[\u0000-\u001f\u007f-\u009f\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+  /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
 /** Longest piece of a request a message quotes, in characters. */
 export const ECHO_LIMIT = 64;
 
 /**
  * `text` as one printable line: each control character (Unicode Cc), line or paragraph
- * separator and lone surrogate is written as its code point (CONTRACT.md Errors).
+ * separator, bidirectional control and lone surrogate is written as its code point
+ * (CONTRACT.md Errors and Limits).
  *
  * @example oneLine('a\nb') // 'aU+000Ab'
+ * @example oneLine('a\u202eb') // 'aU+202Eb'
  */
 export function oneLine(text: string): string {
   return text.replace(UNPRINTABLE, (c) => `U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`);
