@@ -11,21 +11,4 @@ export default tseslint.config(
       '@typescript-eslint/no-non-null-assertion': 'off',
     },
   },
-  {
-    files: ['src/**/*.ts'],
-    rules: {
-      '@typescript-eslint/no-restricted-imports': [
-        'error',
-        {
-          paths: [
-            {
-              name: 'node:http',
-              message: 'Its ES namespace loads undici; take the values from src/http/node-http.ts.',
-              allowTypeImports: true,
-            },
-          ],
-        },
-      ],
-    },
-  },
 );

@@ -4,23 +4,22 @@ import type { DestinationStream } from 'pino';
 import { systemClock, type Clock } from './clock.js';
 import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
-import { answerOf, observeAnswers, recordAnswer } from './http/answers.js';
-import { authenticate, createGate } from './http/auth.js';
+import { auth } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
-import { capConnections } from './http/connections.js';
 import { registerDocs } from './http/docs.js';
+import { hardening } from './http/hardening.js';
 import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
-import { serverWithFront, type FrontListener } from './http/front.js';
-import { refuseOtherMethods, routeEveryMethod, routeEveryRequest } from './http/methods.js';
-import { createMetrics, registerMetrics, timeStore } from './http/metrics.js';
+import { secureReply } from './http/limits.js';
+import { refuseOtherMethods } from './http/methods.js';
+import { createMetrics, registerMetrics } from './http/metrics.js';
+import { observability } from './http/observability.js';
 import { parseQuery } from './http/query.js';
-import { RateLimits } from './http/rate-limit.js';
-import { echoRequestId, loggingOptions } from './http/request-log.js';
+import { loggingOptions } from './http/request-log.js';
 import { compileValidator } from './http/validation.js';
-import { answerCachedPages, PageCache } from './pets/page-cache.js';
-import { createPet, getPet, listPets } from './pets/routes.js';
+import { pets } from './pets/pets.js';
 import { sharedSchemas } from './schemas.js';
+import { InstrumentedStore } from './store/instrumented.js';
 import type { Store } from './store/store.js';
 
 export const BODY_LIMIT = 16 * 1024;
@@ -34,21 +33,26 @@ export interface AppDeps {
   logger?: FastifyBaseLogger | boolean;
   /** Where the default logger writes its JSON lines; standard output when absent. */
   logStream?: DestinationStream;
+  /** How long a rate-limit hit waits in memory before it is added to the store's counts (200 ms). */
+  hitFlushMs?: number;
 }
 
-/** The whole service, wired. It never listens: `server.ts` does, tests `inject`. */
+/**
+ * The whole service, wired. It never listens: `server.ts` does, tests `inject`. Every request
+ * takes one way: the plugins' hooks in the order registered here (observability, hardening,
+ * CORS, then each route's key check), validation, the handler, the Store.
+ */
 export async function buildApp({
   config,
   store: plainStore,
   clock = systemClock,
   logger,
   logStream,
+  hitFlushMs,
 }: AppDeps): Promise<FastifyInstance> {
-  let front: FrontListener | undefined;
   const metrics = createMetrics(plainStore);
+  const store = new InstrumentedStore(plainStore, metrics.observeStoreCall);
   const app = Fastify({
-    // Cached listPets pages are answered before Fastify's lifecycle: see page-cache.ts.
-    serverFactory: serverWithFront(() => front),
     ...loggingOptions(config, logger, logStream),
     bodyLimit: BODY_LIMIT,
     // Slow clients are cut off with a 408 (checked every second); the others are not delayed.
@@ -64,11 +68,11 @@ export async function buildApp({
     keepAliveTimeout: config.keepAliveTimeoutMs,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     clientErrorHandler: answerClientError,
-    // Requests the router refuses (a malformed percent-encoding) get the Error body too. They
-    // meet no hook, so their X-Request-Id is set here, and they are counted and logged once sent.
+    // Requests the router refuses (a malformed percent-encoding) meet no hook: they get the
+    // Error body, the security fields, the request id, the count and the log line here.
     frameworkErrors: (error, request, reply) => {
-      reply.raw.once('finish', () => recordAnswer(metrics, request.log, undefined, answerOf(request, reply)));
-      handleError(error, request, echoRequestId(request, reply));
+      app.recordAnswer(request, reply);
+      handleError(error, request, secureReply(request, reply));
     },
     // In-flight requests finish during shutdown instead of getting a non-contract 503.
     return503OnClosing: false,
@@ -76,9 +80,6 @@ export async function buildApp({
     routerOptions: { maxParamLength: HEADER_LIMIT, querystringParser: parseQuery },
   });
 
-  // Declared up front, so every request object keeps one shape.
-  app.decorateRequest('apiKeyId', undefined);
-  routeEveryMethod(app);
   app.setValidatorCompiler(compileValidator);
   for (const schema of sharedSchemas) app.addSchema(schema);
   app.removeAllContentTypeParsers();
@@ -91,14 +92,9 @@ export async function buildApp({
   });
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
-  capConnections(app.server, {
-    max: config.maxConnections,
-    perAddress: config.maxConnectionsPerAddress,
-    trusted: config.trustProxy,
-  });
-  const store = timeStore(plainStore, metrics);
-  observeAnswers(app, metrics);
-  routeEveryRequest(app.server);
+
+  await app.register(observability, { metrics });
+  await app.register(hardening, { config, metrics });
   if (config.corsOrigins.length > 0) {
     await app.register(cors, {
       origin: config.corsOrigins.includes('*') ? '*' : config.corsOrigins,
@@ -118,29 +114,12 @@ export async function buildApp({
       strictPreflight: false,
     });
   }
+  await app.register(auth, { store, clock, config, hitFlushMs });
 
   await registerDocs(app, config);
   registerHealth(app, store);
-
-  const gate = createGate(store, new RateLimits(store, clock, config), clock);
-  // CORS fields depend on the request's Origin: with CORS on, every answer goes through Fastify.
-  const pages = store.memory.finalPages && config.corsOrigins.length === 0 ? new PageCache() : undefined;
-  const deps = { store, clock, config, authenticate: authenticate(gate), pages };
-  listPets(app, deps);
-  createPet(app, deps);
-  getPet(app, deps);
-  registerMetrics(app, metrics, deps.authenticate);
-  if (pages) {
-    let closing = false;
-    app.addHook('preClose', (done) => {
-      closing = true;
-      done();
-    });
-    front = answerCachedPages({ pages, gate, metrics, log: app.log, closing: () => closing });
-  }
-
-  refuseOtherMethods(app, '/v1/pets', ['GET', 'POST']);
-  refuseOtherMethods(app, '/v1/pets/:petId', ['GET']);
+  await app.register(pets, { store, clock, config, countDeprecatedCall: metrics.countDeprecatedCall });
+  registerMetrics(app, metrics, app.authenticate);
   for (const url of ['/v1/openapi.json', '/healthz', '/readyz', '/metrics']) refuseOtherMethods(app, url, ['GET']);
 
   return app;

@@ -1,7 +1,6 @@
 #!/usr/bin/env node
 import './runtime.js';
-import './heap.js';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';
 import { keysHelp, runKeysCommand, type Output } from './keys/cli.js';
@@ -9,20 +8,18 @@ import { databaseHelp, isDatabaseCommand, runDatabaseCommand } from './store/cli
 import { UnknownMigrationError } from './store/migrations.js';
 import { describeDatabase, openMigratedStore, serve, StartupError } from './server.js';
 import type { Store } from './store/store.js';
-
-const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
-  version: string;
-};
+import { version } from './version.js';
 
 const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
 
 const exitCodes = `Exit status: 0 done, 1 failed, 2 bad command line, setting or Node.js version.`;
 
 const usage = `Usage: petstore <command> [options]
+       (npx petstore <command> in the installation folder)
 
 Commands:
-  serve                          Migrate the database and serve the API.
-  migrate                        Apply database migrations and exit.
+  serve                          Migrate the database (creating it when missing) and serve the API.
+  migrate                        Create the database when missing, apply its migrations and exit.
   keys create --name <name>      Issue an API key; the key is printed once, on standard output.
          [--scope <scope>]...    pets:read, pets:write, metrics:read; all three by default.
          [--expires-in <90d>]    Or --expires-at <RFC 3339 instant>; by default it never expires.
@@ -57,8 +54,9 @@ ${describeSettings()}
   migrate: `Usage: petstore migrate
 
 Applies the database migrations not yet applied, printing one line on standard error as each
-is applied, then exits. Safe to run from several places at once: each migration is applied
-exactly once.
+is applied, then exits. A SQLite file (PETSTORE_DB) that does not exist is created, with its
+folder: every other command but serve refuses one. Safe to run from several places at once:
+each migration is applied exactly once.
 
 Settings (environment variables):
 ${storeSettings}
@@ -99,21 +97,25 @@ const io: Output = {
 /**
  * Opens and migrates the configured database, first saying on standard error which one it is:
  * run from another folder, the default PETSTORE_DB names another file. A SQLite file that does
- * not exist is created only when `mayCreate`, and the note says so.
+ * not exist is created only by `serve` and `migrate` (`mayCreate`), and the note says so: any
+ * other command refuses it, since a key put in a new file is one the service never sees.
  */
-async function openNamedStore(config: Config, mayCreate: boolean) {
+async function openNamedStore(config: Config, { mayCreate = false } = {}) {
   const database = describeDatabase(config);
   const missing = !config.databaseUrl && config.sqlitePath !== ':memory:' && !existsSync(config.sqlitePath);
   if (missing && !mayCreate) {
-    throw new ConfigError(`${database} does not exist; set PETSTORE_DB to the service's database file`);
+    throw new ConfigError(
+      `${database} does not exist; set PETSTORE_DB to the service's database file (or create one with 'petstore migrate')`,
+    );
   }
-  io.err(missing ? `Created ${database}, which did not exist.` : `Using ${database}.`);
-  return openMigratedStore(config);
+  return openMigratedStore(config, () =>
+    io.err(missing ? `Created ${database}, which did not exist.` : `Using ${database}.`),
+  );
 }
 
-/** Runs a keys command on the configured database; only `keys create` may create it. */
-async function withStore<T>(config: Config, mayCreate: boolean, run: (store: Store) => Promise<T>): Promise<T> {
-  const { store } = await openNamedStore(config, mayCreate);
+/** Runs a keys command on the configured database, which must exist. */
+async function withStore<T>(config: Config, run: (store: Store) => Promise<T>): Promise<T> {
+  const { store } = await openNamedStore(config);
   try {
     return await run(store);
   } finally {
@@ -139,7 +141,7 @@ export async function main(argv: string[]): Promise<number> {
   if (argv[0] === 'keys')
     return runKeysCommand(argv.slice(1), {
       io,
-      withStore: (run, mayCreate = false) => withStore(loadConfig(), mayCreate, run),
+      withStore: (run) => withStore(loadConfig(), run),
     });
   let parsed;
   try {
@@ -176,7 +178,7 @@ export async function main(argv: string[]): Promise<number> {
     return -1;
   }
   if (command === 'migrate' && sub === undefined) {
-    const { store, applied } = await openNamedStore(config, true);
+    const { store, applied } = await openNamedStore(config, { mayCreate: true });
     await store.close();
     io.err(
       applied.length

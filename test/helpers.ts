@@ -75,11 +75,18 @@ export async function startApp(
     env = {},
     store: given,
     clock = manualClock(),
-  }: { env?: Record<string, string>; store?: Store; clock?: ReturnType<typeof manualClock> } = {},
+    hitFlushMs,
+  }: {
+    env?: Record<string, string>;
+    store?: Store;
+    clock?: ReturnType<typeof manualClock>;
+    /** How long a rate-limit hit waits before it is added to the store's counts. */
+    hitFlushMs?: number;
+  } = {},
 ): Promise<TestApp> {
   const store = given ?? (await defaultStore(t));
   const config = loadConfig({ ...env });
-  const app = await buildApp({ config, store, clock, logger: false });
+  const app = await buildApp({ config, store, clock, logger: false, hitFlushMs });
   t.after(() => app.close());
   const { key } = await issueKey(store, 'test');
   const call = (options: InjectOptions) =>

@@ -1,10 +1,7 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { test } from 'node:test';
-import { pathToFileURL } from 'node:url';
-import { promisify } from 'node:util';
 import { recordFigures, size } from './figures.js';
-import { childEnv, MAIN, runProbe } from './process.js';
+import { childEnv, runProbe } from './process.js';
 
 const PROBE = new URL('./memory-probe.ts', import.meta.url);
 // 100,000 requests take about half a minute on two cores: `npm run soak` runs them, `npm test` a fifth.
@@ -52,40 +49,4 @@ test(`${REQUESTS + SOCKET_REQUESTS} mixed requests leave the heap within ${HEAP_
     JSON.stringify(result.statuses),
   );
   recordFigures('memory', { ...result, heapGrowthBytes: growth, heapBoundBytes: HEAP_BOUND });
-});
-
-// `petstore serve`, once it listens: which of Node's own modules it loaded, on the last line.
-const LOADED_WHEN_LISTENING = `
-  process.argv.splice(1, 0, ${JSON.stringify(MAIN)});
-  await import(${JSON.stringify(pathToFileURL(MAIN).href)});
-  const deadline = Date.now() + 15000;
-  const listening = () => process.getActiveResourcesInfo().includes('TCPServerWrap');
-  while (!listening() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
-  process.stdout.write('\\n' + JSON.stringify({ listening: listening(), modules: process.moduleLoadList }) + '\\n');
-  process.exit(0);
-`;
-
-test("serving does not load Node's fetch implementation (undici), which it never uses", async (t) => {
-  const { stdout } = await promisify(execFile)(
-    process.execPath,
-    ['--input-type=module', '-e', LOADED_WHEN_LISTENING, 'serve'],
-    {
-      env: childEnv(t, { LOG_LEVEL: 'silent' }),
-      timeout: 30_000,
-    },
-  );
-  const { listening, modules } = JSON.parse(stdout.trim().split('\n').at(-1)!) as {
-    listening: boolean;
-    modules: string[];
-  };
-  assert.ok(listening, stdout);
-  assert.ok(
-    modules.some((name) => name.includes('node:http') || name.includes('_http_server')),
-    'the list names node:http',
-  );
-  assert.deepEqual(
-    modules.filter((name) => name.includes('undici')),
-    [],
-    'an ES import of node:http reads its WebSocket export, which loads undici: import it from src/http/node-http.ts',
-  );
 });

@@ -183,16 +183,16 @@ test(
     const url = await createPostgresSchema(t);
     const FLUSH_MS = 40;
     const [storeA, storeB] = [
-      openPostgresStore(url, { hitFlushMs: FLUSH_MS }),
-      openPostgresStore(url, { hitFlushMs: FLUSH_MS }),
+      openPostgresStore(url),
+      openPostgresStore(url),
     ];
     t.after(() => Promise.all([storeA.close(), storeB.close()]));
     await storeA.migrate();
     const LIMIT = 20;
     const env = { PETSTORE_RATE_LIMIT: String(LIMIT) };
     const clock = manualClock();
-    const a = await startApp(t, { env, store: storeA, clock });
-    const b = await startApp(t, { env, store: storeB, clock });
+    const a = await startApp(t, { env, store: storeA, clock, hitFlushMs: FLUSH_MS });
+    const b = await startApp(t, { env, store: storeB, clock, hitFlushMs: FLUSH_MS });
     const noisy = { authorization: `Bearer ${a.key}` };
     const send = (app: typeof a, n: number) =>
       Promise.all(Array.from({ length: n }, () => app.app.inject({ method: 'GET', url: '/v1/pets', headers: noisy })));

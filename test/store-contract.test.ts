@@ -324,22 +324,14 @@ for (const kind of storeKinds) {
       assert.equal((await stores[1]!.listPets({ limit: 10 })).length, 1);
     });
 
-    it('memory.countHit counts per subject and window at once; PostgreSQL instances share it once written', async (t) => {
+    it('addHits adds per subject and window and answers the totals; PostgreSQL instances share them', async (t) => {
       const database = await kind.createDatabase(t);
-      const [a, b] = [database.open({ hitFlushMs: 10 }), database.open({ hitFlushMs: 10 })];
+      const [a, b] = [database.open(), database.open()];
       await Promise.all([a.migrate(), b.migrate()]);
-      assert.equal(a.memory.countHit('key:1', T0), 1);
-      assert.equal(a.memory.countHit('key:1', T0), 2);
-      assert.equal(a.memory.countHit('key:2', T0), 1);
-      // a's batch is written first: b reads the totals back with its own first batch, whatever
-      // order two instances' first writes would otherwise take.
-      await sleep(100);
-      // Before b has written and read the totals, it knows its own hits only.
-      assert.equal(b.memory.countHit('key:1', T0), 1);
-      await sleep(100);
-      // PostgreSQL: a's two and b's one, written in batches, then this one. SQLite: one process each.
-      assert.equal(b.memory.countHit('key:1', T0), kind.name === 'PostgreSQL' ? 4 : 2);
-      assert.equal(a.memory.countHit('key:1', T0 + 60_000), 1);
+      assert.deepEqual(await a.addHits(T0, ['key:1', 'key:2'], [2, 1]), new Map([['key:1', 2], ['key:2', 1]]));
+      // PostgreSQL: a's two, then b's one. SQLite: one process each, so b's own only.
+      assert.deepEqual(await b.addHits(T0, ['key:1'], [1]), new Map([['key:1', kind.name === 'PostgreSQL' ? 3 : 1]]));
+      assert.deepEqual(await a.addHits(T0 + 60_000, ['key:1'], [1]), new Map([['key:1', 1]]), 'a new window starts from 0');
     });
   });
 }

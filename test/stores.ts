@@ -117,8 +117,6 @@ export interface StoreOptions {
   clock?: Clock;
   /** How long a key's use waits in memory before it is written (src/store/key-uses.ts). */
   keyUseFlushMs?: number;
-  /** How long a rate-limit hit waits in memory before it is written (PostgreSQL; src/store/counters.ts). */
-  hitFlushMs?: number;
 }
 
 /** `open`, with every store it opens closed after the test. */

@@ -1,10 +1,11 @@
-import type { IncomingMessage } from 'node:http';
-import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
+import fp from 'fastify-plugin';
 import { systemClock, type Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash, scopes, type Scope } from '../keys/keys.js';
 import type { ActiveKey, Store } from '../store/store.js';
-import { clientAddress, type RateFields, type RateLimits } from './rate-limit.js';
+import type { Config } from '../config.js';
+import { clientAddress, RateLimits, type RateFields } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -57,7 +58,7 @@ export interface Admission {
   rateFields: RateFields;
 }
 
-/** Who may make a request: the API key check and the rate limits, for every way a request comes in. */
+/** Who may make a request: the API key check and the rate limits. */
 export interface Gate {
   /**
    * Admits a request with an active, unexpired key that holds `scope`, within its rate limit,
@@ -66,12 +67,11 @@ export interface Gate {
    */
   admit(address: string, authorization: string | undefined, connection: object, scope: Scope): Promise<Admission>;
   /**
-   * The id of the key in `authorization` when the store remembers it as active and it holds
-   * `scope`; undefined when only `admit` can tell. Checks without counting anything.
+   * What `admit` would answer, at once, when the store remembers the key (see key-memory.ts):
+   * the admission, or the 401, 403 or 429 thrown. Undefined when only `admit` can tell; nothing
+   * is counted then.
    */
-  rememberedKey(authorization: string | undefined, connection: object, scope: Scope): number | undefined;
-  /** Counts a request by a key known to be active and holding the scope, and notes its use, as `admit` does. */
-  admitKey(apiKeyId: number): Admission;
+  admitRemembered(authorization: string | undefined, connection: object, scope: Scope): Admission | undefined;
 }
 
 /** Whether two strings are equal, in time that depends on their length only. */
@@ -138,30 +138,11 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
       const key = remembered(hash, clock.now()) ?? (await lookUp(address, token, hash));
       return admitKey(permit(key, scope));
     },
-    rememberedKey(authorization, connection, scope) {
-      let credentials: Credentials;
-      try {
-        credentials = credentialsOf(authorization, connection);
-      } catch {
-        return undefined;
-      }
-      const key = remembered(credentials.hash, clock.now());
-      return key?.scopes.includes(scope) ? key.id : undefined;
+    admitRemembered(authorization, connection, scope) {
+      const key = remembered(credentialsOf(authorization, connection).hash, clock.now());
+      return key && admitKey(permit(key, scope));
     },
-    admitKey,
   };
-}
-
-const REFUSED = Symbol('refused');
-
-type Refused = IncomingMessage & { [REFUSED]?: unknown };
-
-/**
- * Leaves on `request` the refusal (a 429) of a step before Fastify that already counted the
- * request (see page-cache.ts), so the key is not counted twice: the route answers with it.
- */
-export function holdRefusal(request: IncomingMessage, refusal: unknown): void {
-  (request as Refused)[REFUSED] = refusal;
 }
 
 /**
@@ -175,17 +156,58 @@ export function holdRefusal(request: IncomingMessage, refusal: unknown): void {
  * app.get('/v1/pets', { onRequest: needs('pets:read') }, listPets);
  */
 export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler {
+  const admitted = (request: FastifyRequest, reply: FastifyReply, { apiKeyId, rateFields }: Admission) => {
+    request.apiKeyId = apiKeyId;
+    if (rateFields) reply.headers(rateFields);
+  };
+  // A callback hook: a remembered key is admitted with no promise made.
   return (scope) =>
-    async function authenticateRequest(request: FastifyRequest, reply: FastifyReply) {
-      const refusal = (request.raw as Refused)[REFUSED];
-      if (refusal !== undefined) throw refusal;
-      const { apiKeyId, rateFields } = await gate.admit(
-        clientAddress(request),
-        request.headers.authorization,
-        request.raw.socket,
-        scope,
-      );
-      request.apiKeyId = apiKeyId;
-      if (rateFields) reply.headers(rateFields);
+    function authenticateRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
+      const { authorization } = request.headers;
+      let admission: Admission | undefined;
+      try {
+        admission = gate.admitRemembered(authorization, request.raw.socket, scope);
+      } catch (refusal) {
+        return done(refusal as Error);
+      }
+      if (admission) {
+        admitted(request, reply, admission);
+        return done();
+      }
+      gate.admit(clientAddress(request), authorization, request.raw.socket, scope).then((found) => {
+        admitted(request, reply, found);
+        done();
+      }, done);
     };
 }
+
+export interface AuthOptions {
+  store: Store;
+  clock: Clock;
+  config: Config;
+  /** How long a rate-limit hit waits in memory before it is added to the store's counts. */
+  hitFlushMs?: number;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /**
+     * The `onRequest` hook of a route that needs `scope`: see authenticate.
+     *
+     * @example app.get('/v1/pets', { onRequest: app.authenticate('pets:read') }, listPets);
+     */
+    authenticate(scope: Scope): onRequestHookHandler;
+  }
+}
+
+/** Bearer API keys, their scopes and the rate limits, for the routes that ask with `app.authenticate(scope)`. */
+export const auth = fp<AuthOptions>(
+  async (app, { store, clock, config, hitFlushMs }) => {
+    const limits = new RateLimits(store, clock, config, hitFlushMs);
+    app.decorateRequest('apiKeyId', undefined);
+    app.decorate('authenticate', authenticate(createGate(store, limits, clock)));
+    // After the routes' last requests, before the store closes (server.ts): the hits are written.
+    app.addHook('onClose', () => limits.close());
+  },
+  { name: 'petstore-auth' },
+);

@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import { STATUS_CODES } from './node-http.js';
+import { STATUS_CODES } from 'node:http';
 import { ApiError } from '../errors.js';
 import { NO_STORE, NOSNIFF } from './limits.js';
 

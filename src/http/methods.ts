@@ -1,8 +1,7 @@
-import type { IncomingMessage, Server } from 'node:http';
+import { METHODS, ServerResponse, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, preParsingHookHandler } from 'fastify';
 import { ApiError } from '../errors.js';
-import { METHODS, ServerResponse } from './node-http.js';
 
 /** Makes every method Node's parser knows routable, so a wrong one is a 405 rather than a 404. */
 export function routeEveryMethod(app: FastifyInstance): void {
@@ -36,12 +35,16 @@ export function refuseOtherMethods(app: FastifyInstance, url: string, allowed: s
  * Routes the requests Node's HTTP server would otherwise answer itself without the Error body:
  * an `Expect` other than 100-continue (a bare 417), which RFC 9110 section 10.1.1 lets a server
  * ignore, and CONNECT (whose socket it drops), which paths then refuse like any other method.
+ * `Expect: 100-continue` is routed without Node's immediate `100 Continue`: continueOnceAdmitted
+ * sends it once the request has passed its checks, so a request refused (401, 403, 413…) gets
+ * its final answer alone.
  * A client that half-closes right after its request (`printf … | nc`) still gets its answer,
  * even when the store answers asynchronously; Node's default aborts the request instead.
  */
 export function routeEveryRequest(server: Server): void {
   Object.assign(server, { httpAllowHalfOpen: true });
   server.on('checkExpectation', (request, response) => server.emit('request', request, response));
+  server.on('checkContinue', (request, response) => server.emit('request', request, response));
   server.on('connect', (request: IncomingMessage, socket: Socket) => {
     socket.on('error', () => socket.destroy());
     const response = new ServerResponse(request);
@@ -52,3 +55,27 @@ export function routeEveryRequest(server: Server): void {
     server.emit('request', request, response);
   });
 }
+
+const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i;
+
+/**
+ * Global `preParsing` hook: the `100 Continue` an HTTP/1.1 client asked for before sending its
+ * body (RFC 9110 section 10.1.1), sent when the request has passed every `onRequest` check (the
+ * key among them) and its body is about to be read. A request refused before that gets its
+ * final answer without one (CONTRACT.md Limits), and Node then closes the connection, whose
+ * client may still send the body.
+ */
+export const continueOnceAdmitted: preParsingHookHandler = (request, reply, payload, done) => {
+  const { headers } = request;
+  const expectsBody = headers['transfer-encoding'] !== undefined || Number(headers['content-length'] ?? 0) > 0;
+  if (
+    headers.expect !== undefined &&
+    expectsBody &&
+    request.raw.httpVersion === '1.1' &&
+    !reply.raw.headersSent &&
+    CONTINUE.test(headers.expect)
+  ) {
+    reply.raw.writeContinue();
+  }
+  done(null, payload);
+};

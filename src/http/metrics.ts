@@ -1,74 +1,83 @@
-import { createRequire } from 'node:module';
 import type { FastifyInstance, onRequestHookHandler } from 'fastify';
-import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Scope } from '../keys/keys.js';
-import { AnswerMetrics, Durations } from './durations.js';
+import type { CloseReason } from './connections.js';
 import { petStatuses } from '../schemas.js';
-import { PET_COUNTS_MAX_AGE_MS, wrapMethods, type Store } from '../store/store.js';
+import type { ObserveCall } from '../store/instrumented.js';
+import { PET_COUNTS_MAX_AGE_MS, type Store } from '../store/store.js';
 
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const STORE_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
 let processRegistry: Registry | undefined;
 
-// prom-client's default collectors but `gc`: its nodejs_gc_duration_seconds needs a 'gc'
-// PerformanceObserver, and Node then makes an entry of every collection, kilobytes of it in the
-// old generation; under load that garbage grew the benchmark's peak RSS past 100 MB
-// (bench/README.md). GC pressure still shows in nodejs_heap_* and the event loop lag. Each
-// collector gets the settings collectDefaultMetrics would give it.
-const requireCollector = createRequire(import.meta.url);
-type Collector = (registry: Registry, config: { eventLoopMonitoringPrecision: number }) => void;
-
-function collectProcessMetrics(registry: Registry) {
-  for (const name of collectDefaultMetrics.metricsList) {
-    if (name === 'gc') continue;
-    const collect = requireCollector(`prom-client/lib/metrics/${name}.js`) as Collector;
-    collect(registry, { eventLoopMonitoringPrecision: 10 });
-  }
-}
-
 // Process metrics describe the process, not an app: one set however many apps a process builds
 // (tests build hundreds), each collector installed once.
 function readProcessRegistry(): Registry {
   if (!processRegistry) {
     processRegistry = new Registry();
-    collectProcessMetrics(processRegistry);
+    collectDefaultMetrics({ register: processRegistry });
   }
   return processRegistry;
+}
+
+type Observer = { observe(seconds: number): void };
+type Incrementer = { inc(): void };
+
+/**
+ * The children of a labelled metric, kept by a key of their label values, so an answer finds its
+ * own with one Map lookup instead of prom-client's label checks on every call.
+ */
+function childrenOf<T>(make: (...values: string[]) => T) {
+  const children = new Map<string, T>();
+  return (key: string, ...values: string[]): T => {
+    let child = children.get(key);
+    if (!child) children.set(key, (child = make(...values)));
+    return child;
+  };
 }
 
 export interface Metrics {
   /** This app's metrics and the process's, in the Prometheus text format. */
   registry: Registry;
-  /** petstore_http_requests_total and petstore_http_request_duration_seconds. */
-  answers: AnswerMetrics;
+  /** Counts and times one answered request (petstore_http_requests_total and its duration histogram). */
+  observeAnswer(operation: string, method: string, status: number, seconds: number): void;
   /** petstore_http_requests_in_flight: a plain number, read when scraped. */
   inFlight: { count: number };
-  /** petstore_store_duration_seconds. */
-  storeDuration: Durations;
+  /** petstore_store_duration_seconds, by Store method and outcome. */
+  observeStoreCall: ObserveCall;
+  /** petstore_deprecated_requests_total: one authenticated call of a deprecated operation. */
+  countDeprecatedCall(operation: 'getPet'): void;
+  /** petstore_connections_closed_total: one connection the service closed or refused itself, by reason. */
+  countClosedConnection(reason: CloseReason): void;
 }
 
 /**
  * The app's metrics in a registry of its own (not prom-client's global one), so apps built in
  * one process never share or clash. `petstore_pets` is read from `store` at scrape time: running
  * counts (SQLite) or a count cached for 5 s (PostgreSQL), never a scan per scrape.
- * What is counted on every request is kept in plain numbers (durations.ts).
  */
 export function createMetrics(store: Store): Metrics {
   const registry = new Registry();
   const registers = [registry];
-  const answers = new AnswerMetrics(HTTP_BUCKETS);
-  answers.register(
-    registry,
-    {
-      name: 'petstore_http_request_duration_seconds',
-      help: 'Time from receiving a request to sending its response, by operation, method and status.',
-    },
-    {
-      name: 'petstore_http_requests_total',
-      help: 'HTTP requests answered, by operation (operationId or route), method and status.',
-    },
-  );
+  const labelNames = ['operation', 'method', 'status'] as const;
+  const durations = new Histogram({
+    name: 'petstore_http_request_duration_seconds',
+    help: 'Time from receiving a request to sending its response, by operation, method and status.',
+    labelNames,
+    buckets: HTTP_BUCKETS,
+    registers,
+  });
+  const answers = new Counter({
+    name: 'petstore_http_requests_total',
+    help: 'HTTP requests answered, by operation (operationId or route), method and status.',
+    labelNames,
+    registers,
+  });
+  const answerSeries = childrenOf((operation, method, status): [Observer, Incrementer] => [
+    durations.labels(operation!, method!, status!),
+    answers.labels(operation!, method!, status!),
+  ]);
   const inFlight = { count: 0 };
   new Gauge({
     name: 'petstore_http_requests_in_flight',
@@ -78,11 +87,14 @@ export function createMetrics(store: Store): Metrics {
       this.set(inFlight.count);
     },
   });
-  const storeDuration = new Durations(STORE_BUCKETS);
-  storeDuration.register(registry, {
+  const storeDurations = new Histogram({
     name: 'petstore_store_duration_seconds',
     help: 'Time a Store method took, by method and outcome (ok or error).',
+    labelNames: ['method', 'outcome'] as const,
+    buckets: STORE_BUCKETS,
+    registers,
   });
+  const storeSeries = childrenOf((method, outcome): Observer => storeDurations.labels(method!, outcome!));
   new Gauge({
     name: 'petstore_pets',
     help: `Animals in the store by status, counted at most ${PET_COUNTS_MAX_AGE_MS / 1000} s before the scrape (exact on SQLite).`,
@@ -99,34 +111,39 @@ export function createMetrics(store: Store): Metrics {
       }
     },
   });
+  // CONTRACT.md "Deprecated use": with keys list, tells an operator which clients to move
+  // before getPet's sunset. The series exists from the start, at 0, so rate() sees the first call.
+  const deprecatedCalls = new Counter({
+    name: 'petstore_deprecated_requests_total',
+    help: 'Calls of a deprecated operation by an accepted API key, by operation (keys list shows which key).',
+    labelNames: ['operation'] as const,
+    registers,
+  });
+  const getPetCalls = deprecatedCalls.labels('getPet');
+  getPetCalls.inc(0);
+  // CONTRACT.md Limits: connections closed for holding a slot without progress, and the rest.
+  const closedConnections = new Counter({
+    name: 'petstore_connections_closed_total',
+    help: 'Connections the service closed or refused itself, by reason (docs/hardening.md): slow_reader, no_progress, pipeline_depth, silent_evicted, address_full, server_full.',
+    labelNames: ['reason'] as const,
+    registers,
+  });
   return {
     registry: Registry.merge([registry, readProcessRegistry()]),
-    answers,
+    observeAnswer(operation, method, status, seconds) {
+      const [duration, count] = answerSeries(`${operation} ${method} ${status}`, operation, method, String(status));
+      duration.observe(seconds);
+      count.inc();
+    },
     inFlight,
-    storeDuration,
+    observeStoreCall(method, failed, seconds) {
+      const outcome = failed ? 'error' : 'ok';
+      storeSeries(`${method} ${outcome}`, method, outcome).observe(seconds);
+    },
+    // getPet is the one deprecated operation.
+    countDeprecatedCall: () => getPetCalls.inc(),
+    countClosedConnection: (reason) => closedConnections.inc({ reason }),
   };
-}
-
-/** `store` with the time of every method call observed in `petstore_store_duration_seconds`. */
-export function timeStore(store: Store, { storeDuration }: Metrics): Store {
-  return wrapMethods(store, (name, method) => {
-    const ok = storeDuration.series(`${name} ok`, () => ({ method: name, outcome: 'ok' }));
-    const failed = storeDuration.series(`${name} error`, () => ({ method: name, outcome: 'error' }));
-    // No rest parameters nor async function: no array, no extra promise per call (no method takes more than 3).
-    return (a, b, c) => {
-      const started = performance.now();
-      return method(a, b, c).then(
-        (result) => {
-          ok.observe((performance.now() - started) / 1000);
-          return result;
-        },
-        (error: unknown) => {
-          failed.observe((performance.now() - started) / 1000);
-          throw error;
-        },
-      );
-    };
-  });
 }
 
 /**

@@ -3,7 +3,9 @@ import type { FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError } from '../errors.js';
+import { batchedCounters, HIT_FLUSH_MS } from '../store/counters.js';
 import type { Store } from '../store/store.js';
+import { addressGroup } from './connections.js';
 import { CountMinSketch } from './sketch.js';
 
 /** The window `now` falls in, and the whole seconds left in it (at least 1). */
@@ -38,7 +40,8 @@ export function clientAddress(request: FastifyRequest): string {
  * `RateLimit: "default";r=5999;t=42`; the refused-key limit is the policy `"refused-keys"`.
  */
 export class RateLimits {
-  readonly #store: Store;
+  /** Hits by key, counted here and added to the store's shared counts in batches. */
+  readonly #hits: ReturnType<typeof batchedCounters>;
   readonly #clock: Clock;
   readonly #limit: number | undefined;
   readonly #failureLimit: number | undefined;
@@ -49,8 +52,8 @@ export class RateLimits {
   readonly #refused: CountMinSketch | undefined;
   #refusedWindow = -Infinity;
 
-  constructor(store: Store, clock: Clock, config: Config) {
-    this.#store = store;
+  constructor(store: Store, clock: Clock, config: Config, flushEveryMs: number = HIT_FLUSH_MS) {
+    this.#hits = batchedCounters((...batch) => store.addHits(...batch), flushEveryMs);
     this.#clock = clock;
     this.#limit = config.rateLimit;
     this.#failureLimit = config.authFailureLimit;
@@ -62,13 +65,18 @@ export class RateLimits {
 
   /**
    * Counts a request by `apiKeyId` and returns the RateLimit fields its answer carries
-   * (undefined when the limit is off); throws 429 past the limit. Counted in memory by every
-   * store (StoreMemory.countHit), so no request waits for the database to be counted.
+   * (undefined when the limit is off); throws 429 past the limit. Counted in memory and written
+   * in batches (counters.ts), so no request waits for the database to be counted.
    */
   admitKey(apiKeyId: number, now = this.#clock.now()): RateFields {
     if (this.#limit === undefined) return undefined;
     const window = windowAt(now, this.#windowMs);
-    return this.#judge(this.#store.memory.countHit(`key:${apiKeyId}`, window.start), window);
+    return this.#judge(this.#hits.countHit(`key:${apiKeyId}`, window.start), window);
+  }
+
+  /** Writes the hits not yet written; counts nothing after. */
+  close(): Promise<void> {
+    return this.#hits.close();
   }
 
   #judge(hits: number, window: ReturnType<typeof windowAt>): RateFields {
@@ -100,9 +108,11 @@ export class RateLimits {
       refused.clear();
       this.#refusedWindow = window.start;
     }
-    if (refused.add(address) <= limit) return undefined;
+    // Counted by address group: an IPv6 client by its /64, which it holds whole (connections.ts).
+    const group = addressGroup(address);
+    if (refused.add(group) <= limit) return undefined;
     return tooManyRequests(
-      `Too many refused API keys came from ${address}; retry after ${window.secondsLeft} seconds, or send a valid key, which is served.`,
+      `Too many refused API keys came from ${group}; retry after ${window.secondsLeft} seconds, or send a valid key, which is served.`,
       window.secondsLeft,
       {
         'ratelimit-policy': this.#refusedPolicy,

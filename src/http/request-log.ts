@@ -7,10 +7,9 @@ import {
   type FastifyRequest,
   type FastifyServerOptions,
 } from 'fastify';
-import type { DestinationStream } from 'pino';
+import { pino, type DestinationStream } from 'pino';
 import type { Config } from '../config.js';
 import { oneLine } from '../errors.js';
-import { standardOutput } from './log-stream.js';
 import { operationOf } from './operation.js';
 
 // A caller's id is kept only when it is short visible ASCII: it lands in logs and a header.
@@ -24,8 +23,9 @@ export function readRequestId(request: IncomingMessage): string {
 
 /**
  * Fastify's logging settings. With no `logger` given: JSON lines (pino) at `config.logLevel` on
- * `stream` (standard output by default: standardOutput), with `reqId` on every line of a
- * request. Fastify's own two lines per request are off: recordAnswer (answers.ts) writes one,
+ * `stream` (standard output by default, through pino's asynchronous destination, written out
+ * when the process exits: docs/operations.md "Logs"), with `reqId` on every line of a
+ * request. Fastify's own two lines per request are off: the observability plugin (observability.ts) writes one,
  * with no header, key or body in it. A pino logger given is used as it is; `false` logs nothing.
  */
 export function loggingOptions(
@@ -42,7 +42,7 @@ export function loggingOptions(
   return {
     logger: {
       level: config.logLevel,
-      stream: stream ?? standardOutput(),
+      stream: stream ?? pino.destination({ dest: 1, sync: false }),
       // Defence in depth: no line the service writes names this header, but a future one might.
       redact: ['req.headers.authorization', 'headers.authorization'],
     },
@@ -61,10 +61,6 @@ export function logAborted(request: FastifyRequest): void {
   request.log.info({ operation: operationOf(request), method: request.method, path }, 'request aborted by client');
 }
 
-/** Whether `log` writes lines of `level`; a logger that cannot tell is taken to. */
-const enabled = (log: FastifyBaseLogger, level: string) =>
-  (log as { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled?.(level) ?? true;
-
 export interface Answer {
   operation: string;
   method: string;
@@ -74,14 +70,14 @@ export interface Answer {
   seconds: number;
 }
 
-/**
- * The one line logged for an answered request, on `log`: a request's own logger (which names
- * its `reqId` already), or the app's with `reqId` given.
- */
-export function logAnswer(log: FastifyBaseLogger, reqId: string | undefined, answer: Answer): void {
+/** Whether `log` writes lines of `level`; a logger that cannot tell is taken to. */
+const enabled = (log: FastifyBaseLogger, level: string) =>
+  (log as { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled?.(level) ?? true;
+
+/** The one line logged for an answered request, on the request's own logger (which names its `reqId`). */
+export function logAnswer(log: FastifyBaseLogger, answer: Answer): void {
   if (!enabled(log, 'info')) return;
   const line = {
-    ...(reqId !== undefined && { reqId }),
     operation: answer.operation,
     method: answer.method,
     // JSON escapes only C0 controls; a log viewer prints C1 controls and separators raw.

@@ -1,11 +1,3 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { FastifyBaseLogger } from 'fastify';
-import { holdRefusal, type Admission, type Gate } from '../http/auth.js';
-import type { Metrics } from '../http/metrics.js';
-import { recordAnswer } from '../http/answers.js';
-import { NO_STORE, NOSNIFF } from '../http/limits.js';
-import { readRequestId } from '../http/request-log.js';
-
 /** A page of animals as listPets sent it: the body, its length in bytes and its `Link` to the next page. */
 export interface SentPage {
   body: string;
@@ -33,7 +25,7 @@ function hashUrl(url: string): number {
 
 /**
  * listPets answers that can be sent again, by request URL. Only a page another animal follows
- * is kept, and only when the store says such a page never changes (`StoreMemory.finalPages`):
+ * is kept, and only when the store says such a page never changes (`Store.idsVisibleInOrder`):
  * ids grow in commit order and animals are never changed or removed, so every request for that
  * URL would read the very same rows. The last page of a listing is always read afresh. A page
  * is kept when its URL is asked for a second time, so a walk through the catalogue that visits
@@ -79,61 +71,3 @@ export class PageCache {
 }
 
 const sizeOf = (url: string, { body, link }: SentPage) => url.length + body.length + link.length;
-
-export interface CachedPagesDeps {
-  pages: PageCache;
-  gate: Gate;
-  metrics: Metrics;
-  log: FastifyBaseLogger;
-  /** True once the service is draining: then Fastify answers, with `Connection: close`. */
-  closing: () => boolean;
-}
-
-const OPERATION = 'listPets';
-
-/**
- * A server `request` listener in front of Fastify that answers `GET /v1/pets…` from the page
- * cache, with everything else listPets' route would do: the key checked and counted, the
- * security, RateLimit, Link, Content-Type and X-Request-Id fields, the metrics and the log
- * line. A URL is in the cache only after the route answered it 200 (so the request is valid),
- * and the answer depends on nothing else but the key. It returns false, having changed nothing,
- * whenever the route may answer differently: no cached page, no Host, an unremembered or
- * malformed key; Fastify then answers. A key over its rate limit was counted here, so Fastify
- * gets that decision with the request instead of counting again.
- */
-export function answerCachedPages({ pages, gate, metrics, log, closing }: CachedPagesDeps) {
-  return function answerCachedPage(request: IncomingMessage, response: ServerResponse): boolean {
-    if (request.method !== 'GET') return false;
-    const url = request.url!;
-    const page = pages.get(url);
-    if (page === undefined || request.headers.host === undefined || closing()) return false;
-    const started = performance.now();
-    const apiKeyId = gate.rememberedKey(request.headers.authorization, request.socket, 'pets:read');
-    if (apiKeyId === undefined) return false;
-    let admission: Admission;
-    try {
-      admission = gate.admitKey(apiKeyId);
-    } catch (refusal) {
-      holdRefusal(request, refusal);
-      return false;
-    }
-    const requestId = readRequestId(request);
-    const { rateFields } = admission;
-    // The fields in the order the route sets them (observeAnswers, authenticate, the route).
-    const headers: string[] = ['x-request-id', requestId, NOSNIFF[0], NOSNIFF[1], NO_STORE[0], NO_STORE[1]];
-    if (rateFields) headers.push('ratelimit-policy', rateFields['ratelimit-policy'], 'ratelimit', rateFields.ratelimit);
-    headers.push(
-      'link',
-      page.link,
-      'content-type',
-      'application/json; charset=utf-8',
-      'content-length',
-      String(page.bytes),
-    );
-    response.writeHead(200, headers);
-    response.end(page.body);
-    const seconds = (performance.now() - started) / 1000;
-    recordAnswer(metrics, log, requestId, { operation: OPERATION, method: 'GET', url, status: 200, seconds });
-    return true;
-  };
-}

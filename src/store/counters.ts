@@ -1,24 +1,5 @@
 import { writeInBatches } from './batches.js';
 
-/**
- * Fixed-window hit counts kept in this process: what a store shared by no other host (SQLite)
- * counts with. Windows other than the newest are forgotten as soon as a newer one begins.
- */
-export function memoryCounters(): (subject: string, windowStart: number) => number {
-  let current = -Infinity;
-  let hits = new Map<string, number>();
-  return (subject, windowStart) => {
-    if (windowStart > current) {
-      current = windowStart;
-      hits = new Map();
-    }
-    // A late caller still in an older window shares the newest window's count: never under-counts.
-    const count = (hits.get(subject) ?? 0) + 1;
-    hits.set(subject, count);
-    return count;
-  };
-}
-
 /** How long a hit counted in memory waits before it is written with the others (PostgreSQL). */
 export const HIT_FLUSH_MS = 200;
 
@@ -99,5 +80,28 @@ export function batchedCounters(write: WriteHits, flushEveryMs: number = HIT_FLU
     flush: batches.flush,
     /** Writes what is pending, once more, and schedules nothing after. */
     close: batches.close,
+  };
+}
+
+/**
+ * Hit totals kept in this process, for a store no other instance shares (SQLite): the Store's
+ * `addHits`. Windows before the newest are forgotten as soon as a newer one begins; a late batch
+ * for an older window counts in the newest one, so a count is never under the truth.
+ */
+export function processCounts(): (windowStart: number, subjects: string[], hits: number[]) => Promise<Map<string, number>> {
+  let current = -Infinity;
+  let totals = new Map<string, number>();
+  return async (windowStart, subjects, hits) => {
+    if (windowStart > current) {
+      current = windowStart;
+      totals = new Map();
+    }
+    const after = new Map<string, number>();
+    subjects.forEach((subject, i) => {
+      const total = (totals.get(subject) ?? 0) + hits[i]!;
+      totals.set(subject, total);
+      after.set(subject, total);
+    });
+    return after;
   };
 }

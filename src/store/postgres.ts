@@ -1,8 +1,6 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
 import { groupCalls } from './batches.js';
-import { batchedCounters } from './counters.js';
-import { watchDiskErrors } from './disk-errors.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
@@ -48,8 +46,6 @@ export interface PostgresOptions {
   clock?: Clock;
   /** How long a key's use waits in memory before it is written (key-uses.ts). */
   keyUseFlushMs?: number;
-  /** How often the rate-limit hits counted in memory are written (counters.ts). */
-  hitFlushMs?: number;
 }
 
 const INT8_OID = 20;
@@ -245,7 +241,7 @@ export const pageKey = (q: ListQuery) => `${q.status ?? ''} ${q.afterId ?? 0n} $
  */
 export function openPostgresStore(
   url: string,
-  { poolSize = 10, timeoutMs = 5000, clock = systemClock, keyUseFlushMs, hitFlushMs }: PostgresOptions = {},
+  { poolSize = 10, timeoutMs = 5000, clock = systemClock, keyUseFlushMs }: PostgresOptions = {},
 ): Store {
   const connection: pg.ClientConfig = {
     connectionString: url,
@@ -341,12 +337,6 @@ export function openPostgresStore(
     // Not awaited: no request waits for the cleanup, and a failed one is retried next window.
     query('deleteOldCounters', [windowStart]).catch(ignore);
   };
-  // Rate-limit hits counted in memory, written in batches (counters.ts): never a write per request.
-  const hits = batchedCounters(async (windowStart, subjects, counts) => {
-    forgetOldCounters(windowStart);
-    const { rows } = await query<{ subject: string; hits: number }>('writeHits', [windowStart, subjects, counts]);
-    return new Map(rows.map((row) => [row.subject, row.hits]));
-  }, hitFlushMs);
 
   // The animals' counts, cached: a GROUP BY over every animal at most once per
   // PET_COUNTS_MAX_AGE_MS per instance, however often /metrics is scraped. Counting them as they
@@ -414,7 +404,7 @@ export function openPostgresStore(
     queries.map((q) => q.limit),
   ]);
 
-  // A write that reaches the disk, as a create does, rolled back (it costs an id): see watchDiskErrors.
+  // A write that reaches the disk, as a create does, rolled back (it costs an id): see InstrumentedStore.
   const probeWrite = async () => {
     const rolledBack = new Error('rolled back');
     await inTransaction(async (client) => {
@@ -430,8 +420,15 @@ export function openPostgresStore(
       rememberedKey: activeKeys.remembered,
       noteKeyUse: keyUses.note,
       noteDeprecatedUse: deprecatedUses.note,
-      countHit: hits.countHit,
-      finalPages: false,
+    },
+    idsVisibleInOrder: false,
+    isDiskError,
+    probeWrite,
+
+    async addHits(windowStart: number, subjects: string[], hits: number[]) {
+      forgetOldCounters(windowStart);
+      const { rows } = await query<{ subject: string; hits: number }>('writeHits', [windowStart, subjects, hits]);
+      return new Map(rows.map((row) => [row.subject, row.hits]));
     },
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
@@ -588,12 +585,11 @@ export function openPostgresStore(
         listPagesByStatus.settle(),
         keyUses.close(),
         deprecatedUses.close(),
-        hits.close(),
       ]).then(() => pool.end());
       await closed;
     },
   };
-  return watchDiskErrors(store, isDiskError, probeWrite);
+  return store;
 }
 
 /**

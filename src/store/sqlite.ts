@@ -1,11 +1,9 @@
-import { closeSync, mkdirSync, openSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { systemClock, type Clock } from '../clock.js';
-import { memoryCounters } from './counters.js';
-import { watchDiskErrors } from './disk-errors.js';
-import { groupCommits } from './group-commit.js';
+import { processCounts } from './counters.js';
+import { groupCommits, retrying, type RetryOptions } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
@@ -38,7 +36,6 @@ import {
   type RollOutcome,
   type Store,
   type StoredResponse,
-  wrapMethods,
 } from './store.js';
 
 /** A `pets` row read in raw mode (an array: no object per row to build): id, name, category_id, status. */
@@ -59,11 +56,17 @@ export const LIST_BY_STATUS =
 
 const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], categoryId: row[2], status: row[3] });
 
+/** A createPetOnce call, as the group commit writes it. */
+interface OnceCreate {
+  pet: NewPetRecord;
+  claim: IdempotencyClaim;
+  respond: (pet: PetRecord) => StoredResponse;
+}
+
 // How long a statement waits, blocking the process, for a lock another process holds: a few
-// milliseconds, as long as a short write takes. Longer waits are asynchronous retries (below).
+// milliseconds, as long as a short write takes. Longer waits are asynchronous retries (retrying,
+// groupCommits), so however many requests wait, the thread stays free for the others.
 const BUSY_WAIT_MS = 5;
-const FIRST_PAUSE_MS = 5;
-const LONGEST_PAUSE_MS = 100;
 
 const codeOf = (error: unknown) => String((error as { code?: unknown }).code);
 const isBusy = (error: unknown) => codeOf(error).startsWith('SQLITE_BUSY');
@@ -71,31 +74,25 @@ const isBusy = (error: unknown) => codeOf(error).startsWith('SQLITE_BUSY');
 const isDiskError = (error: unknown) => codeOf(error) === 'SQLITE_FULL' || codeOf(error).startsWith('SQLITE_IOERR');
 
 /**
- * Every method of `store`, retried while another process holds the lock it needs (SQLITE_BUSY),
- * after growing pauses that block nothing, for up to `timeoutMs`; then StoreUnavailableError.
- * A call that failed with SQLITE_BUSY changed nothing: each method is one statement or one
- * IMMEDIATE transaction, which takes the lock before anything else.
+ * Creates `folder` and the missing folders above it (0700), one at a time. Not `mkdirSync`'s
+ * `recursive`: on a file system that refuses a folder with ENOENT while its parent exists (a
+ * path under /proc) it retries for ever; here each folder is tried once, so a path that cannot
+ * be made fails with that folder's error.
  */
-function retryWhileBusy(timeoutMs: number, store: Store): Store {
-  // No rest parameters: no array per call on the request path (no method takes more than 3).
-  return wrapMethods(
-    store,
-    (_name, method) => (a, b, c) =>
-      // The deadline is taken at the first refusal, so a call that succeeds reads no clock.
-      method(a, b, c).catch(async (error: unknown) => {
-        const deadline = performance.now() + timeoutMs;
-        for (let pause = FIRST_PAUSE_MS; ; pause = Math.min(pause * 2, LONGEST_PAUSE_MS)) {
-          if (!isBusy(error)) throw error;
-          if (performance.now() + pause >= deadline) throw new StoreUnavailableError(error);
-          await sleep(pause);
-          try {
-            return await method(a, b, c);
-          } catch (again) {
-            error = again;
-          }
-        }
-      }),
-  );
+function createFolders(folder: string) {
+  const missing: string[] = [];
+  for (let at = folder; !existsSync(at); at = dirname(at)) {
+    // The root always exists; the guard keeps the walk finite whatever existsSync answers.
+    if (dirname(at) === at) break;
+    missing.unshift(at);
+  }
+  for (const each of missing) {
+    try {
+      mkdirSync(each, { mode: 0o700 });
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== 'EEXIST') throw error;
+    }
+  }
 }
 
 /**
@@ -104,7 +101,7 @@ function retryWhileBusy(timeoutMs: number, store: Store): Store {
  * files it creates beside it the file's own permissions. Existing ones are left as they are.
  */
 function createOwnerOnly(path: string) {
-  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  createFolders(dirname(path));
   try {
     closeSync(openSync(path, 'wx', 0o600));
   } catch (error) {
@@ -206,7 +203,6 @@ export function openSqliteStore(
         'AND (last_deprecated_use_at IS NULL OR last_deprecated_use_at < ?)',
     ),
   });
-  const countHit = memoryCounters();
   const ready = () => {
     if (!statements) throw new Error('the SQLite store is used before migrate()');
     return statements;
@@ -225,10 +221,26 @@ export function openSqliteStore(
     reads.end();
     return s;
   };
-  const activeKeys = rememberActiveKeys((hash) => {
-    const row = forReading().findKey.get(hash);
-    return row && toActiveKey(row);
-  }, clock);
+  // CONTRACT.md, Limits: a call that cannot get a lock another process holds gets
+  // StoreUnavailableError (503) PETSTORE_DB_TIMEOUT_MS after it was first refused, and never
+  // blocks the thread for more than one BUSY_WAIT_MS per try meanwhile. Every call that touches
+  // the file goes through this once, or through the group commit, which retries the same way:
+  // one deadline per call, never a retry around a retry. Each `work` takes what it needs anew
+  // (forReading, forWriting) on every try, since a try may come in a later turn.
+  const busyRetry: RetryOptions = {
+    when: isBusy,
+    timeoutMs: busyTimeoutMs,
+    exhausted: (error) => new StoreUnavailableError(error),
+  };
+  const whileBusy = <T>(work: () => T): T | Promise<T> => retrying(work, busyRetry);
+  const activeKeys = rememberActiveKeys(
+    (hash) =>
+      whileBusy(() => {
+        const row = forReading().findKey.get(hash);
+        return row && toActiveKey(row);
+      }),
+    clock,
+  );
   const writeKeyUses = db.transaction((column: 'noteKeyUse' | 'noteDeprecatedUse', uses: KeyUse[]) => {
     for (const { id, at } of uses) {
       const time = new Date(at).toISOString();
@@ -258,36 +270,55 @@ export function openSqliteStore(
       writeScopes(key.scopes),
       key.expiresAt?.toISOString() ?? null,
     ] as const;
-  const inserts = groupCommits(
+  const insertPet = (pet: NewPetRecord): PetRecord => {
+    const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
+    return { id: BigInt(lastInsertRowid), ...pet };
+  };
+  // Called inside the group's IMMEDIATE transaction, so better-sqlite3 makes it a SAVEPOINT: the
+  // check and the insert hold the write lock together (two processes on one file cannot both
+  // find the key unused), and a claim that fails is undone alone; a replay or a mismatch is an
+  // outcome of its own, the other creates of the group are written all the same.
+  const createOnce = db.transaction(({ pet, claim, respond }: OnceCreate): OnceOutcome => {
+    const s = ready();
+    const apiKeyId = BigInt(claim.apiKeyId);
+    s.deleteExpiredIdempotency.run(claim.now);
+    const row = s.findIdempotency.get(apiKeyId, claim.key);
+    const replay = replayFor(row, claim);
+    if (replay) return replay;
+    if (row) s.deleteIdempotency.run(apiKeyId, claim.key);
+    const response = respond(insertPet(pet));
+    s.insertIdempotency.run(apiKeyId, ...idempotencyValues(claim, response));
+    return { kind: 'created', response };
+  });
+  // Creates with and without an Idempotency-Key, made in one turn, share one transaction and one
+  // fsync, and wait for a lock together: one try per pause however many are waiting.
+  const creates = groupCommits(
     db,
-    (pet: NewPetRecord): PetRecord => {
-      const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
-      return { id: BigInt(lastInsertRowid), ...pet };
-    },
-    { oneStatementEach: true, retry: { when: isBusy, timeoutMs: busyTimeoutMs }, beforeWrite: reads.end },
+    (create: NewPetRecord | OnceCreate): PetRecord | OnceOutcome =>
+      'claim' in create ? createOnce(create) : insertPet(create),
+    { oneStatementEach: true, retry: busyRetry, beforeWrite: reads.end },
   );
 
-  // A write that reaches the disk, as a create does (it costs an id, never shown): see watchDiskErrors.
+  // A write that reaches the disk, as a create does (it costs an id, never shown): see InstrumentedStore.
   const probeWrite = async () => {
     const s = forWriting();
     db.transaction(() => s.deletePet.run(s.insertPet.run('write probe', 0n, 'available').lastInsertRowid)).immediate();
   };
 
   const store: Store = {
-    memory: {
-      rememberedKey: activeKeys.remembered,
-      noteKeyUse: keyUses.note,
-      noteDeprecatedUse: deprecatedUses.note,
-      countHit,
-      finalPages: true,
-    },
+    memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, noteDeprecatedUse: deprecatedUses.note },
+    idsVisibleInOrder: true,
+    isDiskError,
+    probeWrite,
+    // One process uses a SQLite file: the counts are this process's own.
+    addHits: processCounts(),
 
     async migrate(onApplied?: (name: string, ms: number) => void) {
       const names: string[] = [];
       reads.end();
       // IMMEDIATE: a second process migrating at the same moment waits instead of racing, then
       // reads what the first applied.
-      db.transaction(() => {
+      const applyAll = db.transaction(() => {
         const rows = db
           .prepare<[], { version: bigint; name: string }>('SELECT version, name FROM schema_migrations')
           .all();
@@ -310,7 +341,11 @@ export function openSqliteStore(
           names.push(migration.name);
           onApplied?.(migration.name, performance.now() - started);
         }
-      }).immediate();
+      });
+      await whileBusy(() => {
+        reads.end();
+        applyAll.immediate();
+      });
       statements = prepare();
       return names;
     },
@@ -322,52 +357,45 @@ export function openSqliteStore(
     // Resolves once the transaction holding it committed: see groupCommits.
     async createPet(pet: NewPetRecord) {
       ready();
-      return inserts.call(pet);
+      // insertPet's answer: a NewPetRecord is never taken for a claim.
+      return creates.call(pet) as Promise<PetRecord>;
     },
 
+    // Resolves once the transaction holding it committed, as createPet.
     async createPetOnce(
       pet: NewPetRecord,
       claim: IdempotencyClaim,
       respond: (pet: PetRecord) => StoredResponse,
     ): Promise<OnceOutcome> {
-      const s = forWriting();
-      const apiKeyId = BigInt(claim.apiKeyId);
-      // IMMEDIATE: the check and the insert hold the write lock together, so two processes on
-      // one file cannot both find the key unused.
-      return db
-        .transaction((): OnceOutcome => {
-          s.deleteExpiredIdempotency.run(claim.now);
-          const row = s.findIdempotency.get(apiKeyId, claim.key);
-          const replay = replayFor(row, claim);
-          if (replay) return replay;
-          if (row) s.deleteIdempotency.run(apiKeyId, claim.key);
-          const { lastInsertRowid } = s.insertPet.run(pet.name, pet.categoryId, pet.status);
-          const response = respond({ id: BigInt(lastInsertRowid), ...pet });
-          s.insertIdempotency.run(apiKeyId, ...idempotencyValues(claim, response));
-          return { kind: 'created', response };
-        })
-        .immediate();
+      ready();
+      return creates.call({ pet, claim, respond }) as Promise<OnceOutcome>;
     },
 
     async getPet(id: bigint) {
-      const row = forReading().getPet.get(id);
-      return row && fromTuple(row);
+      return whileBusy(() => {
+        const row = forReading().getPet.get(id);
+        return row && fromTuple(row);
+      });
     },
 
     async listPets({ status, afterId = 0n, limit }: ListQuery) {
-      const s = forReading();
-      const rows = status ? s.listByStatus.all(status, afterId, limit) : s.listAll.all(afterId, limit);
-      return rows.map(fromTuple);
+      return whileBusy(() => {
+        const s = forReading();
+        const rows = status ? s.listByStatus.all(status, afterId, limit) : s.listAll.all(afterId, limit);
+        return rows.map(fromTuple);
+      });
     },
 
     async countPetsByStatus() {
-      return countByStatus(forReading().countByStatus.all());
+      return whileBusy(() => countByStatus(forReading().countByStatus.all()));
     },
 
     async createKey(key: NewKeyRecord) {
-      const s = forWriting();
-      const { lastInsertRowid } = s.insertKey.run(...newKeyValues(key));
-      return toKey(s.getKey.get(BigInt(lastInsertRowid))!);
+      return whileBusy(() => {
+        const s = forWriting();
+        const { lastInsertRowid } = s.insertKey.run(...newKeyValues(key));
+        return toKey(s.getKey.get(BigInt(lastInsertRowid))!);
+      });
     },
 
     async findActiveKey(hash: Buffer) {
@@ -375,54 +403,61 @@ export function openSqliteStore(
     },
 
     async listKeys() {
-      return forReading().listKeys.all().map(toKey);
+      return whileBusy(() => forReading().listKeys.all().map(toKey));
     },
 
     async rollKey({ id, successor, oldExpiresAt, at }: KeyRoll): Promise<RollOutcome> {
-      const s = forWriting();
-      activeKeys.forget();
       // IMMEDIATE: rolls from two processes take turns; the second finds replaced_by set.
-      return db
-        .transaction((): RollOutcome => {
-          const refused = refuseRoll(s.getKey.get(BigInt(id)), at);
-          if (refused) return refused;
-          const { lastInsertRowid } = s.insertSuccessor.run(
-            successor.hint,
-            successor.hash,
-            successor.createdAt.toISOString(),
-            successor.expiresAt?.toISOString() ?? null,
-            BigInt(id),
-          );
-          const ends = oldExpiresAt.toISOString();
-          // Rolls back the successor too; the check above, under the write lock, makes it unreachable.
-          if (s.replaceKey.run(lastInsertRowid, ends, ends, BigInt(id)).changes === 0) throw new Error('roll raced');
-          const old = toKey(s.getKey.get(BigInt(id))!);
-          return { kind: 'rolled', old, successor: toKey(s.getKey.get(BigInt(lastInsertRowid))!) };
-        })
-        .immediate();
+      const roll = db.transaction((): RollOutcome => {
+        const s = ready();
+        const refused = refuseRoll(s.getKey.get(BigInt(id)), at);
+        if (refused) return refused;
+        const { lastInsertRowid } = s.insertSuccessor.run(
+          successor.hint,
+          successor.hash,
+          successor.createdAt.toISOString(),
+          successor.expiresAt?.toISOString() ?? null,
+          BigInt(id),
+        );
+        const ends = oldExpiresAt.toISOString();
+        // Rolls back the successor too; the check above, under the write lock, makes it unreachable.
+        if (s.replaceKey.run(lastInsertRowid, ends, ends, BigInt(id)).changes === 0) throw new Error('roll raced');
+        const old = toKey(s.getKey.get(BigInt(id))!);
+        return { kind: 'rolled', old, successor: toKey(s.getKey.get(BigInt(lastInsertRowid))!) };
+      });
+      return whileBusy(() => {
+        forWriting();
+        activeKeys.forget();
+        return roll.immediate();
+      });
     },
 
     async revokeKey(id: number, at: Date) {
-      activeKeys.forget();
-      return forWriting().revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
+      return whileBusy(() => {
+        const s = forWriting();
+        activeKeys.forget();
+        return s.revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
+      });
     },
 
     async createFirstKey(key: NewKeyRecord) {
-      const s = forWriting();
-      const { changes, lastInsertRowid } = s.insertFirstKey.run(...newKeyValues(key));
-      return changes > 0 ? toKey(s.getKey.get(BigInt(lastInsertRowid))!) : undefined;
+      return whileBusy(() => {
+        const s = forWriting();
+        const { changes, lastInsertRowid } = s.insertFirstKey.run(...newKeyValues(key));
+        return changes > 0 ? toKey(s.getKey.get(BigInt(lastInsertRowid))!) : undefined;
+      });
     },
 
     async close() {
       reads.end();
       if (statements) {
-        inserts.flush();
+        creates.flush();
         await Promise.all([keyUses.close(), deprecatedUses.close()]);
       }
       db.close();
     },
   };
-  return retryWhileBusy(busyTimeoutMs, watchDiskErrors(store, isDiskError, probeWrite));
+  return store;
 }
 
 /** The migrations applied to an open SQLite database; none when it has no `schema_migrations` table. */

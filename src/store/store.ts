@@ -114,19 +114,6 @@ export interface StoreMemory {
   noteKeyUse(id: number, now: number): void;
   /** Notes that key `id` called a deprecated operation at `now`; kept and written as noteKeyUse's. */
   noteDeprecatedUse(id: number, now: number): void;
-  /**
-   * Counts one hit for `subject` in the fixed window starting at `windowStart` (unix ms) and
-   * returns the count so far, at once. SQLite: this process's own count. PostgreSQL: the total
-   * of every instance as of this one's last batched write, plus its hits since (counters.ts).
-   */
-  countHit(subject: string, windowStart: number): number;
-  /**
-   * True when a page of animals that another animal follows can never change, so it may be
-   * kept and sent again: ids are assigned in commit order and animals are never changed or
-   * removed (SQLite, whose writers take turns). PostgreSQL takes ids from a sequence before
-   * commit, so a lower id can become visible after a higher one: false there.
-   */
-  finalPages: boolean;
 }
 
 /**
@@ -134,8 +121,14 @@ export interface StoreMemory {
  * know nothing of HTTP.
  */
 export interface Store {
-  /** Passed through untouched by wrappers: see wrapMethods. */
   readonly memory: StoreMemory;
+  /**
+   * True when ids become visible in ascending order and animals are never changed or removed,
+   * so a page of animals that another animal follows never changes (SQLite, whose writers take
+   * turns). PostgreSQL takes ids from a sequence before commit, so a lower id can become visible
+   * after a higher one: false there.
+   */
+  readonly idsVisibleInOrder: boolean;
 
   /**
    * Applies the migrations not yet applied; returns their names. `onApplied` hears of each one
@@ -144,6 +137,10 @@ export interface Store {
   migrate(onApplied?: (name: string, ms: number) => void): Promise<string[]>;
   /** Resolves when the database answers; rejects when it does not. */
   ping(): Promise<void>;
+  /** A write that reaches the disk as a create does, and leaves nothing behind. */
+  probeWrite(): Promise<void>;
+  /** True when `error` says the disk failed (full, or an I/O error), not the request. */
+  isDiskError(error: unknown): boolean;
 
   /** Resolves once the animal is durable. */
   createPet(pet: NewPetRecord): Promise<PetRecord>;
@@ -178,6 +175,12 @@ export interface Store {
   createFirstKey(key: NewKeyRecord): Promise<KeyRecord | undefined>;
   /** False when no active key has this id. */
   revokeKey(id: number, at: Date): Promise<boolean>;
+
+  /**
+   * Adds `hits[i]` to `subjects[i]`'s count in the window starting at `windowStart` (unix ms),
+   * for every instance that shares the database, and resolves to those subjects' totals after it.
+   */
+  addHits(windowStart: number, subjects: string[], hits: number[]): Promise<Map<string, number>>;
 
   /** Writes the key uses not yet written, then closes. */
   close(): Promise<void>;
@@ -217,8 +220,14 @@ function methodNames(store: Store): string[] {
  * since its members answer synchronously and are no database work to time or translate.
  */
 export function wrapMethods(store: Store, wrap: (name: string, method: Method) => Method): Store {
-  const wrapped: Record<string, unknown> = { memory: store.memory };
+  const wrapped: Record<string, unknown> = {
+    memory: store.memory,
+    idsVisibleInOrder: store.idsVisibleInOrder,
+    isDiskError: store.isDiskError.bind(store),
+  };
   const methods = store as unknown as Record<string, Method>;
-  for (const name of methodNames(store)) wrapped[name] = wrap(name, methods[name]!.bind(store));
+  for (const name of methodNames(store)) {
+    if (name !== 'isDiskError') wrapped[name] = wrap(name, methods[name]!.bind(store));
+  }
   return wrapped as unknown as Store;
 }

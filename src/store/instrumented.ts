@@ -1,0 +1,148 @@
+import {
+  StoreUnavailableError,
+  type IdempotencyClaim,
+  type KeyRoll,
+  type ListQuery,
+  type NewKeyRecord,
+  type NewPetRecord,
+  type PetRecord,
+  type Store,
+  type StoredResponse,
+} from './store.js';
+
+/** Hears of every Store call once it settles: its method, whether it failed, and how long it took. */
+export type ObserveCall = (method: string, failed: boolean, seconds: number) => void;
+
+/** `error`, or an error it was caused by, that `matches` accepts. */
+function causedBy(error: unknown, matches: (error: unknown) => boolean): boolean {
+  for (let depth = 0; error instanceof Error && depth < 4; depth++, error = error.cause) {
+    if (matches(error)) return true;
+  }
+  return false;
+}
+
+/**
+ * The Store the service's requests use: each call of `inner` timed for `observe`, and a disk
+ * error (a full disk, an I/O error: `inner.isDiskError`) turned into StoreUnavailableError, so
+ * the client gets 503 `unavailable`, not 500. After one, `ping` rejects (`/readyz` answers 503)
+ * until a write succeeds again: a request's, or the `probeWrite` each ping tries meanwhile, so an
+ * instance that no traffic reaches finds out too.
+ *
+ * @example const store = new InstrumentedStore(await openStore(config), (method, failed, s) => …);
+ */
+export class InstrumentedStore implements Store {
+  readonly #inner: Store;
+  readonly #observe: ObserveCall;
+  #diskFailure: StoreUnavailableError | undefined;
+
+  constructor(inner: Store, observe: ObserveCall) {
+    this.#inner = inner;
+    this.#observe = observe;
+  }
+
+  get memory() {
+    return this.#inner.memory;
+  }
+
+  get idsVisibleInOrder() {
+    return this.#inner.idsVisibleInOrder;
+  }
+
+  isDiskError(error: unknown) {
+    return this.#inner.isDiskError(error);
+  }
+
+  /** `call`'s outcome, timed, with a disk error made StoreUnavailableError; a write that succeeds ends a disk failure. */
+  #watch<T>(method: string, write: boolean, call: Promise<T>): Promise<T> {
+    const started = performance.now();
+    return call.then(
+      (result) => {
+        this.#observe(method, false, (performance.now() - started) / 1000);
+        if (write) this.#diskFailure = undefined;
+        return result;
+      },
+      (error: unknown) => {
+        this.#observe(method, true, (performance.now() - started) / 1000);
+        throw this.#failed(error);
+      },
+    );
+  }
+
+  #failed(error: unknown): unknown {
+    if (!causedBy(error, (cause) => this.#inner.isDiskError(cause))) return error;
+    this.#diskFailure = error instanceof StoreUnavailableError ? error : new StoreUnavailableError(error);
+    return this.#diskFailure;
+  }
+
+  async ping() {
+    if (this.#diskFailure) {
+      try {
+        await this.#inner.probeWrite();
+        this.#diskFailure = undefined;
+      } catch (error) {
+        throw this.#failed(error);
+      }
+    }
+    return this.#watch('ping', false, this.#inner.ping());
+  }
+
+  probeWrite() {
+    return this.#watch('probeWrite', true, this.#inner.probeWrite());
+  }
+
+  migrate(onApplied?: (name: string, ms: number) => void) {
+    return this.#watch('migrate', true, this.#inner.migrate(onApplied));
+  }
+
+  createPet(pet: NewPetRecord) {
+    return this.#watch('createPet', true, this.#inner.createPet(pet));
+  }
+
+  createPetOnce(pet: NewPetRecord, claim: IdempotencyClaim, respond: (pet: PetRecord) => StoredResponse) {
+    return this.#watch('createPetOnce', true, this.#inner.createPetOnce(pet, claim, respond));
+  }
+
+  getPet(id: bigint) {
+    return this.#watch('getPet', false, this.#inner.getPet(id));
+  }
+
+  listPets(query: ListQuery) {
+    return this.#watch('listPets', false, this.#inner.listPets(query));
+  }
+
+  countPetsByStatus() {
+    return this.#watch('countPetsByStatus', false, this.#inner.countPetsByStatus());
+  }
+
+  createKey(key: NewKeyRecord) {
+    return this.#watch('createKey', true, this.#inner.createKey(key));
+  }
+
+  findActiveKey(hash: Buffer) {
+    return this.#watch('findActiveKey', false, this.#inner.findActiveKey(hash));
+  }
+
+  listKeys() {
+    return this.#watch('listKeys', false, this.#inner.listKeys());
+  }
+
+  rollKey(roll: KeyRoll) {
+    return this.#watch('rollKey', true, this.#inner.rollKey(roll));
+  }
+
+  createFirstKey(key: NewKeyRecord) {
+    return this.#watch('createFirstKey', true, this.#inner.createFirstKey(key));
+  }
+
+  revokeKey(id: number, at: Date) {
+    return this.#watch('revokeKey', true, this.#inner.revokeKey(id, at));
+  }
+
+  addHits(windowStart: number, subjects: string[], hits: number[]) {
+    return this.#watch('addHits', false, this.#inner.addHits(windowStart, subjects, hits));
+  }
+
+  close() {
+    return this.#inner.close();
+  }
+}
