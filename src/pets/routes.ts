@@ -36,6 +36,8 @@ export interface PetDeps {
   authenticate: (scope: Scope) => onRequestHookHandler;
   /** Where listPets keeps the pages it may send again; absent when the store's pages can change. */
   pages?: PageCache;
+  /** Counts a call of a deprecated operation (petstore_deprecated_requests_total, http/metrics.ts). */
+  countDeprecatedCall?: (operation: 'getPet') => void;
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -184,7 +186,7 @@ function requireJsonBody(request: FastifyRequest, _reply: FastifyReply, done: Ho
   done(request.headers['content-type'] === undefined ? unsupportedMediaType() : undefined);
 }
 
-export function getPet(app: FastifyInstance, { store, clock, config, authenticate }: PetDeps) {
+export function getPet(app: FastifyInstance, { store, clock, config, authenticate, countDeprecatedCall }: PetDeps) {
   const headers = deprecationHeaders(config);
   const sunsetMs = config.sunsetSeconds * 1000;
   app.get<{ Params: PetParams }>(
@@ -192,8 +194,12 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
     {
       onRequest: authenticate('pets:read'),
       // Deprecated answers, errors included, carry the deprecation headers.
-      preValidation: (_request, reply, done) => {
+      preValidation: (request, reply, done) => {
         reply.headers(headers);
+        // CONTRACT.md "Deprecated use": every admitted call, whatever its answer, counted and
+        // noted against its key (in memory; written at most once a minute per key, key-uses.ts).
+        countDeprecatedCall?.('getPet');
+        if (request.apiKeyId !== undefined) store.memory.noteDeprecatedUse(request.apiKeyId, clock.now());
         done(
           clock.now() >= sunsetMs
             ? new ApiError('gone', 'getPet was removed on 2030-12-05; list animals with GET /v1/pets instead.')
