@@ -93,7 +93,7 @@ test('a client sending its body one byte at a time is cut off with 408, and noth
 });
 
 test('connections past PETSTORE_MAX_CONNECTIONS are closed at once while every open one has begun a request; a freed slot serves again', async (t) => {
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '3' });
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '3', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' });
   const held = [];
   for (let i = 0; i < 3; i++) {
     const connection = open(app.port);
@@ -130,6 +130,8 @@ test('answers carry nosniff and no-store, and no X-Powered-By', async (t) => {
     ['/v1/pets?limit=0', 400],
     ['/v1/pets/1', 404],
     ['/v1/nothing', 404],
+    // The router refuses a malformed percent-encoding before any hook runs.
+    ['/v1/pets/%zz', 404],
     ['/v1/openapi.json', 200],
     ['/healthz', 200],
   ] as const) {
@@ -253,6 +255,7 @@ test('clients that never close after their 408 hold no slot: the next client is 
   const hold = hostile(t);
   const app = await listen(t, {
     PETSTORE_MAX_CONNECTIONS: '4',
+    PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off',
     PETSTORE_HEADERS_TIMEOUT_MS: '500',
     PETSTORE_REQUEST_TIMEOUT_MS: '1000',
   });
@@ -270,7 +273,7 @@ test('clients that never close after their 408 hold no slot: the next client is 
 
 test('when every slot is taken by clients that sent nothing, the oldest of them makes room: the next client is served at once', async (t) => {
   const hold = hostile(t);
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' });
   const silent = [];
   for (let i = 0; i < 4; i++) silent.push(await hold(app.port));
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
@@ -284,7 +287,7 @@ test('when every slot is taken by clients that sent nothing, the oldest of them 
 
 test('clients that never close after the answer to CONNECT hold no slot: the next client is served at once', async (t) => {
   const hold = hostile(t);
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' });
   for (const target of ['127.0.0.1:443', '/v1/pets', 'x:1', '/']) {
     await hold(app.port, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`);
   }
@@ -295,7 +298,7 @@ test('clients that never close after the answer to CONNECT hold no slot: the nex
 
 test('idle keep-alive connections are closed after PETSTORE_KEEP_ALIVE_TIMEOUT_MS (5 s by default): the next client is served', async (t) => {
   const hold = hostile(t);
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' });
   assert.equal(app.config.keepAliveTimeoutMs, 5_000);
   for (let i = 0; i < 4; i++) {
     await hold(app.port, `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`);
@@ -344,14 +347,14 @@ test('connections from a trusted proxy are not capped per address', async (t) =>
 test('with the defaults, 1,024 silent sockets from one address, then a normal client from it is served at once', async (t) => {
   const hold = hostile(t);
   const app = await listen(t);
-  assert.equal(app.config.maxConnectionsPerAddress, 256);
+  assert.equal(app.config.maxConnectionsPerAddress, 64);
   assert.equal(app.config.maxConnections, 1024);
   const silent: Socket[] = [];
   for (let i = 0; i < 1024; i += 64)
     silent.push(...(await Promise.all([...Array(64).keys()].map(() => hold(app.port)))));
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
   assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
-  assert.ok((await stillOpen(silent)) <= 256);
+  assert.ok((await stillOpen(silent)) <= 64);
 });
 
 test('with the defaults, 1,024 silent sockets from many addresses, then a normal client is served at once', async (t) => {

@@ -3,8 +3,9 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import swagger from '@fastify/swagger';
 import type { FastifyInstance } from 'fastify';
+import { stringify } from 'lossless-json';
 import type { Config } from '../config.js';
-import { errorCodes } from '../schemas.js';
+import { errorCodes, INT64_MAX, INT64_MIN } from '../schemas.js';
 
 const errorTable = Object.entries(errorCodes)
   .map(([code, status]) => `| \`${code}\` | ${status} |`)
@@ -20,7 +21,14 @@ Every error is \`application/json\` with the Error body (\`code\`, \`message\`, 
 ${errorTable}
 
 Integers marked int64 are exact over the whole int64 range, beyond 2^53 too: read them with a
-JSON parser that keeps big integers. \`HEAD\` is answered wherever \`GET\` is.`;
+JSON parser that keeps big integers. \`HEAD\` is answered wherever \`GET\` is; any other method
+on an operation's path gets 405 \`method_not_allowed\` with an \`Allow\` header naming the methods
+it answers.
+
+Every answer carries \`X-Request-Id\` (the caller's, when it is 1 to 128 visible ASCII characters),
+except those refused by the HTTP parser before any route (malformed HTTP, 408, 431). Once the key
+is checked and counted, answers carry the \`RateLimit-Policy\` and \`RateLimit\` fields of the key's
+quota, and a 429 carries them with \`Retry-After\` for the limit that refused it.`;
 
 // Swagger UI's browser files, as @fastify/swagger-ui ships them (swagger-ui-dist would bring an
 // install-time analytics script). The page around them is this service's own: one document
@@ -92,7 +100,9 @@ const css = `#int64-note { max-width: 1420px; margin: 16px auto 0; padding: 8px 
 
 /** The Content-Security-Policy of the /docs page: its own files, and calls to the API's servers. */
 function docsPolicy(config: Config): string {
-  const apiOrigins = [config.publicUrl, config.stagingUrl].map((url) => new URL(url).origin);
+  const apiOrigins = [config.publicUrl, config.stagingUrl]
+    .filter((url) => url !== undefined)
+    .map((url) => new URL(url).origin);
   return [
     "default-src 'none'",
     "script-src 'self'",
@@ -106,19 +116,53 @@ function docsPolicy(config: Config): string {
   ].join('; ');
 }
 
+const isInt64Schema = (value: unknown): value is { format: 'int64'; minimum?: number; maximum?: number } =>
+  typeof value === 'object' && value !== null && (value as { format?: unknown }).format === 'int64';
+
+/** An int64 bound held as a double, as the exact integer it stands for (2^63-1 is held as 2^63). */
+function exactBound(bound: number): bigint {
+  const value = BigInt(bound);
+  return value > INT64_MAX ? INT64_MAX : value < INT64_MIN ? INT64_MIN : value;
+}
+
+/**
+ * The document as JSON, with every int64 schema's bounds exact: JSON.stringify would write
+ * 2^63-1 (held as a double) as 9223372036854776000.
+ */
+function toJson(document: unknown): string {
+  return stringify(document, (_key, value) => {
+    if (!isInt64Schema(value)) return value;
+    const { minimum, maximum } = value;
+    return {
+      ...value,
+      ...(minimum !== undefined && { minimum: exactBound(minimum) }),
+      ...(maximum !== undefined && { maximum: exactBound(maximum) }),
+    };
+  })!;
+}
+
 /**
  * The OpenAPI 3.1 document, generated from the route schemas, served once at
  * `/v1/openapi.json`, and the interactive page at `/docs`, whose files are all served locally.
  */
 export async function registerDocs(app: FastifyInstance, config: Config): Promise<void> {
+  // OWASP API9: each server names its audience (x-internal); both serve the API's clients.
+  const servers = [
+    { url: config.publicUrl, description: 'production', 'x-internal': false },
+    // PETSTORE_STAGING_URL set empty: a deployment without a staging environment lists none.
+    ...(config.stagingUrl ? [{ url: config.stagingUrl, description: 'staging', 'x-internal': false }] : []),
+  ];
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
-      info: { title: 'Petstore', version: '1.0.0', description },
-      servers: [
-        { url: config.publicUrl, description: 'production' },
-        { url: config.stagingUrl, description: 'staging' },
-      ],
+      info: {
+        title: 'Petstore',
+        version: '1.0.0',
+        description,
+        license: { name: 'MIT', identifier: 'MIT' },
+      },
+      servers,
+      tags: [{ name: 'pets', description: "The store's catalogue of animals: list, add and fetch them." }],
       components: {
         securitySchemes: {
           apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: psk_ and 43 URL-safe characters.' },
@@ -132,7 +176,7 @@ export async function registerDocs(app: FastifyInstance, config: Config): Promis
 
   let document: string | undefined;
   app.get('/v1/openapi.json', { schema: { hide: true } }, async (_request, reply) => {
-    document ??= JSON.stringify(app.swagger());
+    document ??= toJson(app.swagger());
     return reply.type('application/json; charset=utf-8').send(document);
   });
 
@@ -150,7 +194,7 @@ export async function registerDocs(app: FastifyInstance, config: Config): Promis
     if (mine) return reply.type(mine.type).send(mine.body);
     const asset = Object.hasOwn(assets, name) ? assets[name] : undefined;
     if (!asset) return reply.callNotFound();
-    // Read on each request: the page is visited rarely, and 1.9 MB held for it would count in every process.
+    // Read on each request: the page is visited rarely, and the bundle held for it would count in every process.
     return reply
       .type(asset.type)
       .header('cache-control', 'public, max-age=3600')

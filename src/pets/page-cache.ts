@@ -6,7 +6,7 @@ export interface SentPage {
 }
 
 // About 400 pages of 20 animals: the first pages of every filter and the pages clients keep
-// asking for, well inside the 100 MB the service runs in.
+// asking for, in a bounded share of the process's memory.
 export const CACHE_BYTES = 512 * 1024;
 
 // Slots of the table of URLs asked for once, by hash (no string kept: see FULL_ADMITS_ONE_IN).

@@ -135,12 +135,6 @@ export function openSqliteStore(
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
-  // 2 MB of pages, SQLite's own default (better-sqlite3's is 16 MB): the pages every operation
-  // touches, the top of each index and the newest rows, stay in it; a random page of a large
-  // store comes from the operating system's cache at any size this process can afford. 4 MB
-  // likely saved a few percent of such a read's CPU for 1 to 3 MB more peak RSS, which the
-  // 100 MB target does not leave (bench/README.md).
-  db.pragma('cache_size = -2000');
   if (maxPageCount !== undefined) db.pragma(`max_page_count = ${Math.trunc(maxPageCount)}`);
   db.defaultSafeIntegers(true);
 
