@@ -259,7 +259,10 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
       .filter((m) => m.target === target)
       .map((m) => ({ label: target === 'bare' ? 'bare node:http GET' : LABELS[m.workload]!, figures: m.figures }));
 
-  const { worstTail, peakRss } = worstOfShippedSqlite(summarised);
+  const worst = worstOfShippedSqlite(summarised);
+  const { worstTail } = worst;
+  // The soak is the shipped SQLite service under the mix too: its minutes count for the peak.
+  const peakRss = Math.max(worst.peakRss, ...(info.soak ?? []).map((minute) => minute.peakRss ?? 0));
   const larger = [...new Set(measured.filter((m) => m.store === 'SQLite' && m.pets > 10_000).map((m) => m.pets))];
   const walEnd = Math.max(0, ...info.walEnd.map((w) => w.bytes));
   const cpu = cpus();
@@ -297,7 +300,7 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
     });
   const soak = info.soak && soakGrowth(info.soak);
   const checks: string[] = [
-    `| peak RSS ≤ ${mib(TARGETS.rssBytes)} (worst workload of the shipped SQLite rows) | ${mib(peakRss)} | ${mark(peakRss <= TARGETS.rssBytes)} |`,
+    `| peak RSS ≤ ${mib(TARGETS.rssBytes)} (worst workload of the shipped SQLite rows${info.soak ? ', the soak included' : ''}) | ${mib(peakRss)} | ${mark(peakRss <= TARGETS.rssBytes)} |`,
     soak
       ? `| RSS flat over ${int(info.soak!.at(-1)!.endSeconds)} s of the 90/10 mix once warm: last minute's peak ≤ first's + ${TARGETS.soakGrowth * 100}% | ${mib(soak.first)} → ${mib(soak.last)} (${soak.growth >= 0 ? '+' : ''}${(soak.growth * 100).toFixed(1)}%) | ${mark(soak.met)} |`
       : '| RSS flat over a 10-minute 90/10 mix once warm | not run here: `npm run bench -- --soak 600` | |',

@@ -306,6 +306,13 @@ test('--soak compares the last minute’s peak RSS with the first warm minute’
     ),
   );
   assert.ok(latest.includes('| 120 s | 9,000 | 9.00 | 170 MB | 165 MB | 0 |'));
+  // The soak's minutes count for the peak RSS target: they are the shipped service under the mix.
+  const high = renderReport(RUN, { ...INFO, soak: [minute(60, 200), minute(120, 270)] }).summary;
+  assert.ok(
+    high.includes(
+      '| peak RSS ≤ 256 MB (worst workload of the shipped SQLite rows, the soak included) | 270 MB | **not met** |',
+    ),
+  );
   // Without --soak the report says how to run it.
   assert.ok(renderReport(RUN, INFO).summary.includes('not run here: `npm run bench -- --soak 600`'));
 });
