@@ -15,6 +15,7 @@ interface Listed {
   expiresAt: string | null;
   state: 'active' | 'expired' | 'revoked';
   lastUsedAt: string | null;
+  lastDeprecatedUseAt: string | null;
   revokedAt: string | null;
   replacedBy: number | null;
 }
@@ -163,6 +164,7 @@ test('two keys roll commands of one key at once: one wins, the other is told so'
 
 test('keys list shows scopes, expiry, state and the last use to the minute', async (t) => {
   const env = childEnv(t);
+  assert.equal((await runCli(['migrate'], env)).code, 0);
   const used = await create(env, '--name', 'used', '--scope', 'pets:read');
   await create(env, '--name', 'unused', '--scope', 'metrics:read');
   const soon = await create(env, '--name', 'soon', '--expires-in', '1s');
@@ -193,12 +195,13 @@ test('keys list shows scopes, expiry, state and the last use to the minute', asy
   assert.match(lastUsed, /T[0-9]{2}:[0-9]{2}:00\.000Z$/, 'to the minute');
   assert.ok(Date.parse(lastUsed) <= Date.now() && Date.parse(lastUsed) > before - 60_000);
   assert.equal(byName.unused!.lastUsedAt, null);
+  assert.equal(byName.used!.lastDeprecatedUseAt, null, 'listPets is not a deprecated use');
   assert.deepEqual(byName.unused!.scopes, ['metrics:read']);
 
   const table = await runCli(['keys', 'list'], env);
   const [header, first] = table.stdout.split('\n');
-  assert.equal(header, 'ID\tNAME\tKEY\tSCOPES\tCREATED\tEXPIRES\tSTATE\tLAST USED');
-  assert.match(first!, /\tpets:read\t.*\tactive\t[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}Z$/);
+  assert.equal(header, 'ID\tNAME\tKEY\tSCOPES\tCREATED\tEXPIRES\tSTATE\tLAST USED\tLAST DEPRECATED USE');
+  assert.match(first!, /\tpets:read\t.*\tactive\t[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}Z\t-$/);
   assert.ok(!table.stdout.includes(used.key), 'never a key');
 });
 

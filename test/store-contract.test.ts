@@ -39,11 +39,14 @@ for (const kind of storeKinds) {
 
     const migrated = (t: TestContext) => migratedStore(kind, t);
 
-    // SQLite counts animals by status in a trigger-kept table (004); PostgreSQL caches a count.
-    const steps =
-      kind.name === 'SQLite'
-        ? ['001_pets_and_keys', '002_idempotency_keys', '003_key_scopes_and_expiry', '004_pet_counts']
-        : ['001_pets_and_keys', '002_idempotency_keys', '003_key_scopes_and_expiry'];
+    // The same numbered steps on both stores; PostgreSQL's 004 is a no-op (it caches a count).
+    const steps = [
+      '001_pets_and_keys',
+      '002_idempotency_keys',
+      '003_key_scopes_and_expiry',
+      '004_pet_counts',
+      '005_key_deprecated_use',
+    ];
 
     it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {
       const database = await kind.createDatabase(t);
@@ -221,6 +224,7 @@ for (const kind of storeKinds) {
         expiresAt: null,
         revokedAt: null,
         lastUsedAt: null,
+        lastDeprecatedUseAt: null,
         replacedBy: null,
       });
       const found = await store.findActiveKey(input.hash);
@@ -233,6 +237,28 @@ for (const kind of storeKinds) {
       assert.equal(await store.findActiveKey(randomBytes(32)), undefined);
       const other = await store.createKey(newKey('ops'));
       assert.deepEqual(await store.listKeys(), [record, other]);
+    });
+
+    it('close writes the last uses and deprecated uses noted in memory, each in its own column', async (t) => {
+      const database = await kind.createDatabase(t);
+      const first = database.open({ keyUseFlushMs: 60_000 });
+      await first.migrate();
+      const used = await first.createKey(newKey('used'));
+      const old = await first.createKey(newKey('old client'));
+      first.memory.noteKeyUse(used.id, T0);
+      first.memory.noteKeyUse(old.id, T0 + 1000);
+      first.memory.noteDeprecatedUse(old.id, T0 + 2000);
+      await first.close();
+      const second = database.open();
+      await second.migrate();
+      const keys = await second.listKeys();
+      assert.deepEqual(
+        keys.map((key) => [key.name, key.lastUsedAt?.getTime() ?? null, key.lastDeprecatedUseAt?.getTime() ?? null]),
+        [
+          ['used', T0, null],
+          ['old client', T0 + 1000, T0 + 2000],
+        ],
+      );
     });
 
     it('revokeKey refuses the key from then on; revoking it again, or an unknown id, is false', async (t) => {
