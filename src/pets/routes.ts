@@ -21,6 +21,9 @@ import {
   type ListPetsQuery as ListQuery,
   type GetPetParams as PetParams,
   rateLimitHeaders,
+  answerHeaders,
+  idempotencyRetryAfter,
+  locationHeader,
 } from '../schemas.js';
 import type { Store } from '../store/store.js';
 import { decodeCursor, encodeCursor } from './cursor.js';
@@ -50,8 +53,16 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
     '/v1/pets',
     {
       onRequest: authenticate('pets:read'),
+      // After the key check, before validation: a URL is kept only once the route answered it
+      // 200, so its query was valid; the kept bytes are sent as they are.
+      preValidation(request, reply, done) {
+        const cached = pages?.get(request.url);
+        if (!cached) return done();
+        reply.header('link', cached.link).type(JSON_TYPE).send(cached.body);
+      },
       schema: {
         operationId: 'listPets',
+        tags: ['pets'],
         summary: 'List animals, oldest first, a page at a time',
         description:
           'Ascending id. When more animals match than `limit`, the response carries `Link: <…&cursor=…>; rel="next"`; following those links visits every animal that matched at the start exactly once, even while animals are added.',
@@ -61,21 +72,27 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
           200: {
             description: 'A page of animals.',
             headers: {
-              Link: { type: 'string', description: 'RFC 8288: the next page, rel="next", when there is one.' },
+              ...answerHeaders,
+              // The longest: limit=100, status=available and a cursor of 39 characters.
+              Link: {
+                type: 'string',
+                maxLength: 128,
+                pattern: '^</v1/pets\\?[^>]+>; rel="next"$',
+                description: 'RFC 8288: the next page, rel="next", when there is one.',
+              },
               ...rateLimitHeaders,
             },
             type: 'array',
             items: { $ref: 'Pet#' },
+            maxItems: 100,
           },
-          400: errorResponse('invalid_request: a query parameter is invalid, repeated or unknown.'),
+          400: errorResponse('invalid_request: a query parameter is invalid, repeated or unknown.', rateLimitHeaders),
           403: forbiddenResponse('pets:read'),
           ...commonErrors,
         },
       },
     },
     async (request, reply) => {
-      const cached = pages?.get(request.url);
-      if (cached) return reply.header('link', cached.link).type(JSON_TYPE).send(cached.body);
       const { limit = 20, status, cursor } = request.query;
       const after = cursor === undefined ? undefined : readCursor(cursor, status);
       const pets = await store.listPets({ status, afterId: after, limit: limit + 1 });
@@ -122,6 +139,7 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
       preValidation: [requireJsonBody, readIdempotencyKey],
       schema: {
         operationId: 'createPet',
+        tags: ['pets'],
         summary: 'Add an animal',
         description:
           'The 201 is sent once the animal is durable. With `Idempotency-Key`, a retry of the same body by the same API key within 24 hours gets the first response again and creates nothing; a retry while the first is still being processed gets 409, the key with a different body 422. A first request refused with a 4xx is not remembered.',
@@ -132,25 +150,36 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
           201: {
             description: 'The animal as stored, with its new id; on a replay, the first response again.',
             headers: {
-              Location: { type: 'string', description: '/v1/pets/{id} of the new animal.' },
+              ...answerHeaders,
+              Location: locationHeader,
               'Idempotent-Replayed': {
                 type: 'string',
+                maxLength: 4,
+                enum: ['true'],
                 description:
                   '`true` when this is the stored first response to an earlier request with the same Idempotency-Key.',
               },
+              ...rateLimitHeaders,
             },
             $ref: 'Pet#',
           },
           400: errorResponse(
             'invalid_request: the body is not a valid NewPet, or not valid JSON, or Idempotency-Key is malformed.',
+            rateLimitHeaders,
           ),
           409: errorResponse(
             'idempotency_conflict: a request with this Idempotency-Key is still being processed; retry after Retry-After seconds.',
-            { 'Retry-After': { type: 'string', description: 'Seconds to wait before retrying.' } },
+            { ...idempotencyRetryAfter, ...rateLimitHeaders },
           ),
-          413: errorResponse('payload_too_large: the body is over 16 KiB.'),
-          415: errorResponse('unsupported_media_type: the body is not sent as application/json (UTF-8).'),
-          422: errorResponse('idempotency_mismatch: this Idempotency-Key was used with a different body.'),
+          413: errorResponse('payload_too_large: the body is over 16 KiB.', rateLimitHeaders),
+          415: errorResponse(
+            'unsupported_media_type: the body is not sent as application/json (UTF-8).',
+            rateLimitHeaders,
+          ),
+          422: errorResponse(
+            'idempotency_mismatch: this Idempotency-Key was used with a different body.',
+            rateLimitHeaders,
+          ),
           403: forbiddenResponse('pets:write'),
           ...commonErrors,
         },
@@ -208,6 +237,7 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
       },
       schema: {
         operationId: 'getPet',
+        tags: ['pets'],
         summary: 'Fetch one animal (deprecated: use GET /v1/pets)',
         description:
           'Deprecated since the Deprecation date, removed at the Sunset date (2030-12-05), after which it answers 410.',
@@ -215,14 +245,21 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
         security: security('pets:read'),
         params: GetPetParams,
         response: {
-          200: { description: 'The animal.', headers: { ...deprecationHeaderDocs, ...rateLimitHeaders }, $ref: 'Pet#' },
+          200: {
+            description: 'The animal.',
+            headers: { ...answerHeaders, ...deprecationHeaderDocs, ...rateLimitHeaders },
+            $ref: 'Pet#',
+          },
           // Node's HTTP parser answers a malformed request to any path before a route runs.
           400: errorResponse('invalid_request: the request is not valid HTTP/1.1 (request line or headers).'),
-          404: errorResponse(
-            'not_found: no animal has this id, or petId is not a positive integer.',
-            deprecationHeaderDocs,
-          ),
-          410: errorResponse('gone: the sunset has passed; use GET /v1/pets.', deprecationHeaderDocs),
+          404: errorResponse('not_found: no animal has this id, or petId is not a positive integer.', {
+            ...deprecationHeaderDocs,
+            ...rateLimitHeaders,
+          }),
+          410: errorResponse('gone: the sunset has passed; use GET /v1/pets.', {
+            ...deprecationHeaderDocs,
+            ...rateLimitHeaders,
+          }),
           403: forbiddenResponse('pets:read'),
           ...commonErrors,
         },
