@@ -60,7 +60,14 @@ const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
  * row is one more entry here, e.g. a tracing row:
  * `{ variant: 'tracing', setting: 'traces sent to an OTLP collector (…)', env: { … }, stores: ['SQLite'] }`.
  */
-const EXTRAS: { variant: string; setting: string; env: Record<string, string>; stores: Target['store'][] }[] = [
+const EXTRAS: {
+  variant: string;
+  setting: string;
+  env: Record<string, string>;
+  stores: Target['store'][];
+  /** The workloads it runs; the first page, a random page and getPet when not given. */
+  workloads?: WorkloadName[];
+}[] = [
   {
     variant: 'limit-off',
     setting: 'per-key rate limit off (`PETSTORE_RATE_LIMIT=off`)',
@@ -114,7 +121,7 @@ const describeSample = (bare: Sample, sample: Sample & { peakRss?: number; cpuMi
 
 /** Every extra row (EXTRAS) of `store`, on the 10,000-pet store `seeded` of the shipped row `base`. */
 async function addExtras(base: string, store: 'SQLite' | 'PostgreSQL', seeded: Seeded) {
-  for (const { variant, setting, env } of EXTRAS.filter((extra) => extra.stores.includes(store))) {
+  for (const { variant, setting, env, workloads } of EXTRAS.filter((extra) => extra.stores.includes(store))) {
     const id = `${base}-${variant}`;
     const extra = await startService(id, { ...seeded.env, ...env }, SERVER_CPU, logFile(id));
     // Stopped before anything else is cleaned up: a PostgreSQL schema is dropped only after.
@@ -127,7 +134,7 @@ async function addExtras(base: string, store: 'SQLite' | 'PostgreSQL', seeded: S
       base,
       pets: 10_000,
       instances: [extra],
-      workloads: ['list', 'pages', 'getPet'],
+      workloads: workloads ?? ['list', 'pages', 'getPet'],
       seeded,
     });
   }
@@ -154,7 +161,7 @@ async function main() {
       walFile: `${path}-wal`,
     });
     if (pets === 10_000) {
-      // Reads only: these other processes on the same file never write.
+      // Other processes on the same file: an extra row that runs a write adds to this store.
       await addExtras('sqlite-10000', 'SQLite', seeded);
       // A copy of the seeded file, taken before any workload wrote to it: its creates stay apart.
       const minimalPath = join(temp, 'minimal.db');
