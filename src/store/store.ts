@@ -199,35 +199,3 @@ export class StoreUnavailableError extends Error {
     this.name = 'StoreUnavailableError';
   }
 }
-
-type Method = (...args: unknown[]) => Promise<unknown>;
-
-/** Every method of `store`, own or inherited, so a Store written as a class is wrapped too. */
-function methodNames(store: Store): string[] {
-  const names = new Set<string>();
-  for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
-    for (const name of Object.getOwnPropertyNames(o)) {
-      if (name !== 'constructor' && typeof (store as unknown as Record<string, unknown>)[name] === 'function') {
-        names.add(name);
-      }
-    }
-  }
-  return [...names];
-}
-
-/**
- * `store` with every method replaced by what `wrap` makes of it; `memory` is passed through,
- * since its members answer synchronously and are no database work to time or translate.
- */
-export function wrapMethods(store: Store, wrap: (name: string, method: Method) => Method): Store {
-  const wrapped: Record<string, unknown> = {
-    memory: store.memory,
-    idsVisibleInOrder: store.idsVisibleInOrder,
-    isDiskError: store.isDiskError.bind(store),
-  };
-  const methods = store as unknown as Record<string, Method>;
-  for (const name of methodNames(store)) {
-    if (name !== 'isDiskError') wrapped[name] = wrap(name, methods[name]!.bind(store));
-  }
-  return wrapped as unknown as Store;
-}
