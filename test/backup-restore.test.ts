@@ -197,3 +197,20 @@ test('restore refuses a damaged file, a foreign file and a database in use, leav
     'no temporary file is left behind',
   );
 });
+
+test('backup, restore and migrate status each have their own --help, which needs no valid setting', async (t) => {
+  const env = childEnv(t, { PORT: 'eighty' });
+  for (const [args, usage] of [
+    [['backup', '--help'], /^Usage: petstore backup <file> \[--force\]\n/],
+    [['help', 'restore'], /^Usage: petstore restore <file>\n/],
+    [['migrate', 'status', '--help'], /^Usage: petstore migrate status \[--json\]\n/],
+  ] as const) {
+    const { code, stdout } = await runCli([...args], env);
+    assert.equal(code, 0, args.join(' '));
+    assert.match(stdout, usage, args.join(' '));
+  }
+  const general = await runCli(['--help'], env);
+  for (const command of ['migrate status', 'backup <file>', 'restore <file>']) {
+    assert.ok(general.stdout.includes(`  ${command}`), command);
+  }
+});
