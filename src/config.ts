@@ -26,15 +26,26 @@ function integer(min: number, max: number) {
   };
 }
 
+/** An absolute http(s) URL ending in /v1 (CONTRACT.md: the version segment is part of the base address). */
 function baseUrl(raw: string) {
-  let url: URL;
+  const base = raw.replace(/\/+$/, '');
+  let url: URL | undefined;
   try {
-    url = new URL(raw);
+    url = new URL(base);
   } catch {
-    throw new Error('must be an absolute http or https URL');
+    url = undefined;
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('must be an http or https URL');
-  return raw.replace(/\/+$/, '');
+  const web = url?.protocol === 'http:' || url?.protocol === 'https:';
+  // The document's paths follow the base address: anything after /v1 would be lost or doubled.
+  if (!url || !web || !url.pathname.endsWith('/v1') || url.search !== '' || url.hash !== '') {
+    throw new Error('must be an absolute http or https URL ending in /v1, like https://api.example.com/v1');
+  }
+  return base;
+}
+
+/** A base address ending in /v1, or undefined when empty: no such server. */
+function optionalBaseUrl(raw: string): string | undefined {
+  return raw === '' ? undefined : baseUrl(raw);
 }
 
 /** A PostgreSQL URL, or undefined when empty (SQLite then). */
@@ -173,11 +184,11 @@ export const settings = {
   } satisfies Setting<string>,
   stagingUrl: {
     env: 'PETSTORE_STAGING_URL',
-    description: 'Staging base address, listed second in the OpenAPI document.',
-    format: 'absolute URL ending in /v1',
+    description: 'Staging base address, listed second in the OpenAPI document; set it empty to list none.',
+    format: 'absolute URL ending in /v1, or empty',
     default: 'http://127.0.0.1:8081/v1',
-    parse: baseUrl,
-  } satisfies Setting<string>,
+    parse: optionalBaseUrl,
+  } satisfies Setting<string | undefined>,
   deprecationSeconds: {
     env: 'PETSTORE_GETPET_DEPRECATION',
     description: 'When getPet was deprecated (RFC 9745 Deprecation header); never after its sunset.',

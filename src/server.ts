@@ -1,11 +1,13 @@
-import type { AddressInfo } from 'node:net';
+import { createServer, type AddressInfo, type Server } from 'node:net';
 import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { settings, type Config } from './config.js';
 import { issueFirstKey } from './keys/cli.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
+import { version } from './version.js';
 
 const DRAIN_MS = 10_000;
 
@@ -39,12 +41,17 @@ function reasonOf(error: unknown): string {
 
 /**
  * Opens and migrates the configured store, with the names of the migrations it applied; a
- * failure names the setting that points at the database.
+ * failure names the setting that points at the database. `opened` runs once it is open, before
+ * the first migration.
  */
-export async function openMigratedStore(config: Config): Promise<{ store: Store; applied: string[] }> {
+export async function openMigratedStore(
+  config: Config,
+  opened?: () => void,
+): Promise<{ store: Store; applied: string[] }> {
   let store: Store | undefined;
   try {
     store = await openStore(config);
+    opened?.();
     const applied = await store.migrate(reportMigration);
     return { store, applied };
   } catch (error) {
@@ -61,12 +68,35 @@ const listenFailures: Record<string, string> = {
   EAI_AGAIN: 'the host name does not resolve',
 };
 
+function listenError(config: Config, error: unknown): StartupError {
+  const code = (error as { code?: string }).code ?? '';
+  const reason = listenFailures[code] ?? reasonOf(error);
+  return new StartupError(`cannot listen on ${config.host}:${config.port} (HOST, PORT): ${reason}`, { cause: error });
+}
+
+/**
+ * Takes the address before the database is touched, so that a start that cannot listen writes
+ * nothing (no new file, no migration); the caller closes it right before the service listens.
+ */
+async function holdAddress(config: Config): Promise<Server> {
+  const holder = createServer();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      holder.once('error', reject);
+      holder.listen({ host: config.host, port: config.port }, resolve);
+    });
+  } catch (error) {
+    throw listenError(config, error);
+  }
+  return holder;
+}
+
 function urlOf(app: FastifyInstance) {
   const { address, port } = app.server.address() as AddressInfo;
   return `http://${address.includes(':') ? `[${address}]` : address}:${port}/v1`;
 }
 
-function announceFirstKey(key: string, app: FastifyInstance) {
+function announceFirstKey(key: string, app: FastifyInstance, config: Config) {
   const url = `${urlOf(app)}/pets`;
   process.stderr.write(
     [
@@ -77,34 +107,57 @@ function announceFirstKey(key: string, app: FastifyInstance) {
       '',
       // The key once, on its own line: a second copy is a second place to leak it from.
       `Try it:  curl -H "Authorization: Bearer <the key above>" ${url}`,
-      "More keys: 'npm run petstore -- keys create --name <name>'.",
+      `More keys, in ${INSTALLED} as this service's user:`,
+      `    ${moreKeys(config)}`,
       '',
       '',
     ].join('\n'),
   );
 }
 
+// The folder the package is installed in (dist/ is in it), where `npx petstore` finds its bin.
+const INSTALLED = fileURLToPath(new URL('..', import.meta.url)).replace(/(.)\/$/, '$1');
+
 /**
- * Opens the store, migrates it, listens, and issues the first key when there is none. SIGTERM
- * and SIGINT stop accepting, let in-flight requests finish, then close the database.
- * A database or an address that cannot be used throws a StartupError naming its setting.
+ * The command that issues a key into this service's database: with the database's absolute
+ * path, since a command run with another PETSTORE_DB (from another folder, where the default
+ * names another file) puts its key where the service never looks.
+ */
+function moreKeys(config: Config): string {
+  const command = 'npx petstore keys create --name <name>';
+  if (config.databaseUrl) return `${command}   (with this service's DATABASE_URL)`;
+  return `PETSTORE_DB=${resolve(config.sqlitePath)} ${command}`;
+}
+
+/**
+ * Takes the address, opens the store, migrates it, listens, and issues the first key when there
+ * is none. SIGTERM and SIGINT stop accepting, let in-flight requests finish, then close the
+ * database. A database or an address that cannot be used throws a StartupError naming its
+ * setting; an address that cannot be used is found before the database is opened.
  */
 export async function serve(config: Config): Promise<{ app: FastifyInstance; store: Store }> {
-  const { store } = await openMigratedStore(config);
-  const app = await buildApp({ config, store });
+  const holder = await holdAddress(config);
+  let store: Store;
+  let app: FastifyInstance;
+  try {
+    ({ store } = await openMigratedStore(config));
+    app = await buildApp({ config, store });
+  } finally {
+    await new Promise((resolve) => holder.close(resolve));
+  }
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {
     await app.close();
     await store.close();
-    const code = (error as { code?: string }).code ?? '';
-    const reason = listenFailures[code] ?? reasonOf(error);
-    throw new StartupError(`cannot listen on ${config.host}:${config.port} (HOST, PORT): ${reason}`, { cause: error });
+    throw listenError(config, error);
   }
-  process.stderr.write(`Serving ${urlOf(app)} from ${describeDatabase(config)}.\n`);
+  process.stderr.write(
+    `Serving ${urlOf(app)} from ${describeDatabase(config)}; petstore ${version}, Node.js ${process.versions.node}.\n`,
+  );
   // After listening: a key issued by a start that then failed would never have been shown.
   const first = await issueFirstKey(store);
-  if (first) announceFirstKey(first.key, app);
+  if (first) announceFirstKey(first.key, app, config);
 
   let stopping = false;
   const stop = async (signal: string) => {

@@ -39,6 +39,8 @@ for (const store of stores) {
     },
     async (t) => {
       const env = await store.env(t);
+      // keys create refuses a database that does not exist: migrate makes it, as serve would.
+      assert.equal((await runCli(['migrate'], env)).code, 0);
       const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
       const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
       const acknowledged = new Map<bigint, string>();

@@ -1,11 +1,19 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { parseDuration, parseInstant } from '../src/keys/cli.js';
 import { childEnv, runCli, startServer } from './process.js';
 
 const KEY = /^psk_[A-Za-z0-9_-]{43}$/;
 const HOUR = 3_600_000;
+
+/** A child environment whose database `petstore migrate` has made, as the service's would be. */
+async function migratedEnv(t: TestContext) {
+  const env = childEnv(t);
+  const { code, stderr } = await runCli(['migrate'], env);
+  assert.equal(code, 0, stderr);
+  return env;
+}
 
 interface Listed {
   id: number;
@@ -37,7 +45,7 @@ async function create(env: Record<string, string>, ...args: string[]) {
 }
 
 test('keys create --scope and --expires-in issue a key with those scopes and that expiry', async (t) => {
-  const env = childEnv(t);
+  const env = await migratedEnv(t);
   const before = Date.now();
   const created = await create(env, '--name', 'dashboard', '--scope', 'pets:read', '--expires-in', '90d');
   assert.match(created.key, KEY);
@@ -62,7 +70,7 @@ test('keys create --scope and --expires-in issue a key with those scopes and tha
 });
 
 test('a bad scope, duration or instant is a usage error (exit 2) that changes nothing', async (t) => {
-  const env = childEnv(t);
+  const env = await migratedEnv(t);
   const { id } = await create(env, '--name', 'kept');
   const before = await list(env);
   const cases = [
@@ -99,7 +107,7 @@ test('a bad scope, duration or instant is a usage error (exit 2) that changes no
 });
 
 test('keys roll prints a successor once; both keys work through the grace; a second roll is refused', async (t) => {
-  const env = childEnv(t);
+  const env = await migratedEnv(t);
   const old = await create(env, '--name', 'ci', '--scope', 'pets:read');
   const rolled = await runCli(['keys', 'roll', String(old.id), '--grace', '1h'], env);
   assert.equal(rolled.code, 0, rolled.stderr);
@@ -125,7 +133,7 @@ test('keys roll prints a successor once; both keys work through the grace; a sec
 });
 
 test('keys roll --grace 0 ends the old key at once; a revoked or unknown key cannot be rolled', async (t) => {
-  const env = childEnv(t);
+  const env = await migratedEnv(t);
   const old = await create(env, '--name', 'leaked', '--expires-in', '30d');
   const rolled = await runCli(['keys', 'roll', String(old.id), '--grace', '0', '--json'], env);
   assert.equal(rolled.code, 0, rolled.stderr);
@@ -154,7 +162,7 @@ test('keys roll --grace 0 ends the old key at once; a revoked or unknown key can
 });
 
 test('two keys roll commands of one key at once: one wins, the other is told so', async (t) => {
-  const env = childEnv(t);
+  const env = await migratedEnv(t);
   const { id } = await create(env, '--name', 'contended');
   const results = await Promise.all([1, 2].map(() => runCli(['keys', 'roll', String(id)], env)));
   assert.deepEqual(results.map((result) => result.code).sort(), [0, 1], results.map((r) => r.stderr).join('\n'));
@@ -163,7 +171,7 @@ test('two keys roll commands of one key at once: one wins, the other is told so'
 });
 
 test('keys list shows scopes, expiry, state and the last use to the minute', async (t) => {
-  const env = childEnv(t);
+  const env = await migratedEnv(t);
   assert.equal((await runCli(['migrate'], env)).code, 0);
   const used = await create(env, '--name', 'used', '--scope', 'pets:read');
   await create(env, '--name', 'unused', '--scope', 'metrics:read');

@@ -84,6 +84,7 @@ test('--version prints the version of petstore and of the Node.js running it', a
 
 test('keys list into a reader that has gone away finishes quietly', async (t) => {
   const env = childEnv(t);
+  assert.equal((await runCli(['migrate'], env)).code, 0);
   for (let i = 0; i < 3; i++) await runCli(['keys', 'create', '--name', `k${i}`], env);
   const child = spawn(process.execPath, [MAIN, 'keys', 'list'], { env });
   // The reader goes away before the first line is written, as `| head -0` would.
@@ -95,33 +96,57 @@ test('keys list into a reader that has gone away finishes quietly', async (t) =>
   assert.doesNotMatch(stderr, /EPIPE|Error|^\s+at /m);
 });
 
-test('keys list and revoke refuse a database that does not exist, naming the file and setting', async (t) => {
+test('every keys command refuses a database that does not exist in one line naming the file and setting', async (t) => {
   const dir = tempDir(t);
   const path = join(dir, 'data', 'petstore.db');
   for (const args of [
+    ['keys', 'create', '--name', 'ci'],
+    ['keys', 'create', '--name', 'ci', '--json'],
     ['keys', 'list'],
     ['keys', 'revoke', '1'],
+    ['keys', 'roll', '1'],
   ]) {
-    const { code, stderr } = await runCli(args, { ...childEnv(t), PETSTORE_DB: path });
+    const { code, stdout, stderr } = await runCli(args, { ...childEnv(t), PETSTORE_DB: path });
     assert.equal(code, 2, stderr);
+    assert.equal(stdout, '', 'nothing a script would take for a key');
     assert.equal(
       stderr,
-      `petstore: the SQLite database ${path} (PETSTORE_DB) does not exist; set PETSTORE_DB to the service's database file\n`,
+      `petstore: the SQLite database ${path} (PETSTORE_DB) does not exist; set PETSTORE_DB to the service's ` +
+        "database file (or create one with 'petstore migrate')\n",
     );
-    assert.ok(!existsSync(path), 'no database was created');
+    assert.ok(!existsSync(join(dir, 'data')), 'no database, nor its folder, was created');
   }
 });
 
-test('keys commands say which database they used, and keys create says when it created it', async (t) => {
+test('keys commands say which database they used; migrate and serve create a missing one', async (t) => {
   const env = childEnv(t);
-  const created = await runCli(['keys', 'create', '--name', 'ci'], env);
-  assert.equal(created.code, 0);
+  const migrated = await runCli(['migrate'], env);
+  assert.equal(migrated.code, 0, migrated.stderr);
   assert.match(
-    created.stderr,
+    migrated.stderr,
     new RegExp(`^Created the SQLite database ${env.PETSTORE_DB} \\(PETSTORE_DB\\), which did not exist\\.\n`),
   );
+  const created = await runCli(['keys', 'create', '--name', 'ci'], env);
+  assert.equal(created.code, 0, created.stderr);
+  assert.match(created.stderr, new RegExp(`^Using the SQLite database ${env.PETSTORE_DB} \\(PETSTORE_DB\\)\\.\n`));
   const listed = await runCli(['keys', 'list'], env);
   assert.match(listed.stderr, new RegExp(`^Using the SQLite database ${env.PETSTORE_DB} \\(PETSTORE_DB\\)\\.\n`));
+});
+
+test('a database path that cannot be created fails in one line naming it and PETSTORE_DB, without spinning', async (t) => {
+  // procfs answers ENOENT to mkdir under /proc while /proc exists: a recursive mkdir never ends.
+  for (const path of ['/proc/petstore-none/petstore.db', '/proc/petstore-none/a/b/petstore.db']) {
+    for (const command of ['migrate', 'serve']) {
+      const { code, stderr } = await runCli([command], childEnv(t, { PETSTORE_DB: path }), 60_000);
+      assert.equal(code, 1, `${command} ${path}: ${stderr}`);
+      assertOneLine(
+        stderr,
+        new RegExp(
+          `^petstore: cannot use the SQLite database ${path} \\(PETSTORE_DB\\): ENOENT: .*mkdir '/proc/petstore-none'$`,
+        ),
+      );
+    }
+  }
 });
 
 test('the default database is ./data/petstore.db of the folder the command runs in, shown in full', async (t) => {
@@ -134,14 +159,17 @@ test('the default database is ./data/petstore.db of the folder the command runs 
   assert.ok(!existsSync(join(dir, 'data')), 'nothing was created');
 });
 
-test('serve on a port in use fails in one line naming HOST and PORT', async (t) => {
+test('serve on a port in use fails in one line naming HOST and PORT, before it creates or migrates anything', async (t) => {
   const port = await busyPort(t);
-  const { code, stderr } = await runCli(['serve'], childEnv(t, { PORT: String(port) }));
+  const env = childEnv(t, { PORT: String(port) });
+  const { code, stderr } = await runCli(['serve'], env);
   assert.equal(code, 1);
-  assertOneLine(
+  assert.equal(
     stderr,
-    new RegExp(`^petstore: cannot listen on 127\\.0\\.0\\.1:${port} \\(HOST, PORT\\): the address is already in use$`),
+    `petstore: cannot listen on 127.0.0.1:${port} (HOST, PORT): the address is already in use\n`,
+    'no migration line: the port is checked first',
   );
+  assert.ok(!existsSync(env.PETSTORE_DB!), 'no database was created');
 });
 
 test('serve fails in one line naming PETSTORE_DB when the file cannot be opened or is not a database', async (t) => {

@@ -161,6 +161,8 @@ test('LOG_LEVEL=warn leaves request lines out', async (t) => {
 
 test('petstore serve writes the request line on standard output', async (t) => {
   const env = childEnv(t);
+  // keys create refuses a database that does not exist: migrate makes it, as serve would.
+  assert.equal((await runCli(['migrate'], env)).code, 0);
   const created = await runCli(['keys', 'create', '--name', 'logs', '--json'], env);
   assert.equal(created.code, 0, created.stderr);
   const { key } = JSON.parse(created.stdout) as { key: string };
@@ -181,6 +183,7 @@ test('petstore serve writes the request line on standard output', async (t) => {
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   test(`petstore serve writes every request line still waiting when ${signal} ends it`, async (t) => {
     const env = childEnv(t);
+    assert.equal((await runCli(['migrate'], env)).code, 0);
     const created = await runCli(['keys', 'create', '--name', 'logs', '--json'], env);
     const { key } = JSON.parse(created.stdout) as { key: string };
     const server = await startServer(t, env);

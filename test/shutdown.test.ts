@@ -64,6 +64,8 @@ async function startSlowCreate(port: number, key: string, name: string) {
 
 test('SIGTERM lets an in-flight request finish, refuses new connections and exits 0', async (t) => {
   const env = childEnv(t);
+  // keys create refuses a database that does not exist: migrate makes it, as serve would.
+  assert.equal((await runCli(['migrate'], env)).code, 0);
   const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
   const server = await startServer(t, env);
   const { port } = new URL(server.url);
@@ -87,6 +89,7 @@ test('SIGTERM lets an in-flight request finish, refuses new connections and exit
 
 test('SIGTERM under load: requests in flight complete, new connections are refused, exit 0 in bounded time', async (t) => {
   const env = childEnv(t);
+  assert.equal((await runCli(['migrate'], env)).code, 0);
   const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
   const server = await startServer(t, env);
   const port = Number(new URL(server.url).port);

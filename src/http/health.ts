@@ -2,8 +2,18 @@ import type { FastifyInstance } from 'fastify';
 import { unavailable } from '../errors.js';
 import type { Store } from '../store/store.js';
 
+/** The first line of the innermost cause: StoreUnavailableError's message repeats its cause's. */
+function causeOf(error: unknown): string {
+  let inner = error;
+  while (inner instanceof Error && inner.cause !== undefined) inner = inner.cause;
+  const text =
+    inner instanceof Error ? inner.message || (inner as { code?: string }).code || inner.name : String(inner);
+  return text.split('\n')[0]!;
+}
+
 /** `/healthz`: the process answers. `/readyz`: and its database does too. Both public. */
 export function registerHealth(app: FastifyInstance, store: Store): void {
+  let down = false;
   const status = {
     type: 'object',
     properties: { status: { type: 'string' } },
@@ -14,13 +24,19 @@ export function registerHealth(app: FastifyInstance, store: Store): void {
   app.get(
     '/readyz',
     { schema: { hide: true, response: { 200: status, 503: { $ref: 'Error#' } } } },
-    async (request) => {
+    async (request, reply) => {
       try {
         await store.ping();
       } catch (error) {
-        request.log.warn({ err: error }, 'database not reachable');
-        throw unavailable();
+        // A load balancer asks every few seconds: one line when the database goes away, with
+        // its cause once and no stack (the cause is the database's, not a fault in this code).
+        if (!down) request.log.warn({ cause: causeOf(error) }, 'database not reachable');
+        down = true;
+        // Sent here, not thrown: the error handler would log it again, stack and all.
+        return reply.code(503).send(unavailable().toBody());
       }
+      if (down) request.log.info('database reachable again');
+      down = false;
       return { status: 'ready' };
     },
   );

@@ -10,9 +10,8 @@ export interface Output {
 
 export interface KeysDeps {
   io: Output;
-  /** Opens and migrates the configured store, runs `run` on it, and closes it. */
-  /** Runs `run` on the configured database; only `mayCreate` lets it create a missing SQLite file. */
-  withStore<T>(run: (store: Store) => Promise<T>, mayCreate?: boolean): Promise<T>;
+  /** Opens and migrates the configured database, which must exist, runs `run` on it, and closes it. */
+  withStore<T>(run: (store: Store) => Promise<T>): Promise<T>;
   /** The time keys are issued, rolled and judged at. */
   now?: () => Date;
 }
@@ -65,7 +64,9 @@ See petstore keys <command> --help, and docs/keys.md.
   'keys create': `Usage: petstore keys create --name <name> [--scope <scope>]... [--expires-in <duration> | --expires-at <instant>] [--json]
 
 Issues an API key. The key goes to standard output and nowhere else, exactly once: the service
-keeps only its hash. A note for people goes to standard error.
+keeps only its hash. A note for people goes to standard error. The database must exist (the
+service's, named by PETSTORE_DB or DATABASE_URL as the service has them): a missing SQLite file
+is refused, not created.
 
 Options:
   --name <name>            What the key is for (1 to 100 characters), shown by keys list.
@@ -78,9 +79,9 @@ Options:
                            {"id","name","key","scopes","createdAt","expiresAt"}.
 
 Example:
-  KEY=$(petstore keys create --name ci)
-  petstore keys create --name dashboard --scope pets:read --expires-in 90d
-  petstore keys create --name prometheus --scope metrics:read --json | jq -r .key
+  KEY=$(npx petstore keys create --name ci)
+  npx petstore keys create --name dashboard --scope pets:read --expires-in 90d
+  npx petstore keys create --name prometheus --scope metrics:read --json | jq -r .key
 
 Settings (environment variables):
 ${storeSettings}
@@ -129,7 +130,7 @@ Options:
                            "expiresAt","replaces","replacedExpiresAt"}.
 
 Example:
-  petstore keys roll 3 --grace 1h
+  npx petstore keys roll 3 --grace 1h
 
 Settings (environment variables):
 ${storeSettings}
@@ -270,7 +271,7 @@ async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number>
   const scopes = readScopes(values.scope, help);
   const now = deps.now?.() ?? new Date();
   const expiresAt = readExpiry(values, now, help) ?? null;
-  const { key, record } = await deps.withStore((store) => issueKey(store, name, now, { scopes, expiresAt }), true);
+  const { key, record } = await deps.withStore((store) => issueKey(store, name, now, { scopes, expiresAt }));
   const { io } = deps;
   if (values.json) {
     const { id, scopes: held, createdAt } = record;
