@@ -1,14 +1,22 @@
 import { Type, type Static } from '@sinclair/typebox';
 
-/**
- * int64 as the contract means it: the full range, exact. On the wire it is a JSON number;
- * in the service it is a `bigint`, so nothing past 2^53 is rounded.
- */
-export const Int64 = (options: { description: string; minimum?: 1; examples?: number[] }) =>
-  Type.Unsafe<bigint>({ type: 'integer', format: 'int64', ...options });
-
 export const INT64_MIN = -(2n ** 63n);
 export const INT64_MAX = 2n ** 63n - 1n;
+
+/**
+ * int64 as the contract means it: the full range, exact. On the wire it is a JSON number;
+ * in the service it is a `bigint`, so nothing past 2^53 is rounded. The bounds are JSON Schema
+ * numbers, which a double holds only to the nearest: the `int64` validation keyword checks the
+ * exact range (validation.ts) and the served document writes the exact bounds (docs.ts).
+ */
+export const Int64 = (options: { description: string; minimum?: 1; examples?: number[] }) =>
+  Type.Unsafe<bigint>({
+    type: 'integer',
+    format: 'int64',
+    minimum: Number(INT64_MIN),
+    maximum: Number(INT64_MAX),
+    ...options,
+  });
 
 export const petStatuses = ['available', 'pending', 'sold'] as const;
 export type PetStatus = (typeof petStatuses)[number];
@@ -95,10 +103,20 @@ export const ErrorBody = Type.Object(
       description: 'Stable snake_case word; see the table in the API description.',
     }),
     message: Type.String({
+      // One sentence of fixed words and at most a few pieces of the request, each cut to 64
+      // characters (errors.ts echo); one line: no control character or lone surrogate.
+      maxLength: 1024,
+      pattern: '^[^\\p{Cc}\\p{Cs}]*$',
       examples: ['limit must be an integer from 1 to 100, written in decimal digits with no sign and no leading zero.'],
       description: 'One sentence a person can act on, naming what is at fault.',
     }),
-    status: Type.Integer({ examples: [400], description: 'The HTTP status code of the response.' }),
+    status: Type.Integer({
+      format: 'int32',
+      minimum: 400,
+      maximum: 599,
+      examples: [400],
+      description: 'The HTTP status code of the response.',
+    }),
   },
   { $id: 'Error', additionalProperties: false },
 );
@@ -107,6 +125,7 @@ export const ListPetsQuery = Type.Object(
   {
     limit: Type.Optional(
       Type.Integer({
+        format: 'int32',
         minimum: 1,
         maximum: 100,
         default: 20,
@@ -117,6 +136,10 @@ export const ListPetsQuery = Type.Object(
     status: Type.Optional(Type.Ref(PetStatus)),
     cursor: Type.Optional(
       Type.String({
+        // base64url of `<status>:<id>` (cursor.ts), at most `available:` and 19 digits: 39
+        // characters. Anything longer or outside the alphabet was never issued: a 400 either way.
+        maxLength: 39,
+        pattern: '^[A-Za-z0-9_-]+$',
         description:
           'cursor must be the opaque value of a rel="next" link from an earlier page, used with the same status.',
       }),
@@ -153,16 +176,74 @@ export const CreatePetHeaders = Type.Object({
 
 export const sharedSchemas = [PetStatus, NewPet, Pet, ErrorBody];
 
-type HeaderDocs = Record<string, { type: 'string'; description: string }>;
-
-/** A documented response whose body is the Error schema. */
-export function errorResponse(description: string, headers?: HeaderDocs) {
-  return { description, ...(headers && { headers }), $ref: 'Error#' };
+/**
+ * A response header as the document describes it: every value the service writes fits its
+ * `maxLength` and its `pattern` or `enum`. Response headers are not validated; they describe.
+ */
+export interface HeaderDoc {
+  type: 'string';
+  description: string;
+  maxLength: number;
+  pattern?: string;
+  enum?: string[];
 }
+export type HeaderDocs = Record<string, HeaderDoc>;
+
+/**
+ * Fields of every answer the service gives (limits.ts guardRequest, request-log.ts), errors
+ * included; the answers Node's HTTP parser refuses (answerParserRefusal) carry no request id.
+ */
+export const answerHeaders: HeaderDocs = {
+  'X-Request-Id': {
+    type: 'string',
+    maxLength: 128,
+    pattern: '^[!-~]+$',
+    description:
+      "The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log.",
+  },
+  'Cache-Control': {
+    type: 'string',
+    maxLength: 8,
+    enum: ['no-store'],
+    description: 'Answers are per key and change with every write.',
+  },
+  'X-Content-Type-Options': {
+    type: 'string',
+    maxLength: 7,
+    enum: ['nosniff'],
+    description: 'Browsers take the Content-Type as sent.',
+  },
+};
+
+/** The fields of an answer that Node's HTTP parser refuses before any route runs (client-errors.ts). */
+const parserAnswerHeaders: HeaderDocs = {
+  'Cache-Control': answerHeaders['Cache-Control']!,
+  'X-Content-Type-Options': answerHeaders['X-Content-Type-Options']!,
+  Connection: {
+    type: 'string',
+    maxLength: 5,
+    enum: ['close'],
+    description: 'The connection is closed after this answer.',
+  },
+};
+
+/** A documented response whose body is the Error schema, with the fields of every answer and `headers`. */
+export function errorResponse(description: string, headers?: HeaderDocs) {
+  return { description, headers: { ...answerHeaders, ...headers }, $ref: 'Error#' };
+}
+
+/** A response whose body is the Error schema, as Node's HTTP parser answers before any route runs. */
+function parserRefusal(description: string) {
+  return { description, headers: parserAnswerHeaders, $ref: 'Error#' };
+}
+
+const CHALLENGE = 'Bearer realm="petstore"';
 
 const authHeader: HeaderDocs = {
   'WWW-Authenticate': {
     type: 'string',
+    maxLength: 64,
+    enum: [CHALLENGE, `${CHALLENGE}, error="invalid_token"`],
     description: 'Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750).',
   },
 };
@@ -174,47 +255,88 @@ const authHeader: HeaderDocs = {
  * response: { 403: forbiddenResponse('pets:write'), ...commonErrors }
  */
 export function forbiddenResponse(scope: string) {
+  const challenge = `${CHALLENGE}, error="insufficient_scope", scope="${scope}"`;
   return errorResponse(`forbidden: the API key is valid but does not hold the scope ${scope}.`, {
     'WWW-Authenticate': {
       type: 'string',
-      description: `Bearer realm="petstore", error="insufficient_scope", scope="${scope}" (RFC 6750 section 3.1).`,
+      maxLength: challenge.length,
+      enum: [challenge],
+      description: `${challenge} (RFC 6750 section 3.1).`,
     },
   });
 }
 
-/** The IETF httpapi RateLimit fields, on every answer to an authenticated request. */
+// The IETF httpapi RateLimit fields (rate-limit.ts): a policy name, a quota of at most
+// 1000000000 (PETSTORE_RATE_LIMIT, PETSTORE_AUTH_FAILURE_LIMIT) and seconds of at most 86400
+// (PETSTORE_RATE_LIMIT_WINDOW).
+const POLICY = '^"(default|refused-keys)";q=[1-9][0-9]*;w=[1-9][0-9]*$';
+const REMAINING = '^"(default|refused-keys)";r=(0|[1-9][0-9]*);t=[1-9][0-9]*$';
+const retryAfter = (description: string): HeaderDoc => ({
+  type: 'string',
+  maxLength: 5,
+  pattern: '^[1-9][0-9]*$',
+  description,
+});
+
+/**
+ * The RateLimit fields of every answer to a request whose key was counted: after the key
+ * and its scope were checked, whatever the answer. Absent when rate limits are off.
+ */
 export const rateLimitHeaders: HeaderDocs = {
   'RateLimit-Policy': {
     type: 'string',
-    description: 'The API key\'s quota: `"default";q=<requests>;w=<seconds>` (absent when rate limits are off).',
+    maxLength: 64,
+    pattern: POLICY,
+    description:
+      'The API key\'s quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off.',
   },
   RateLimit: {
     type: 'string',
+    maxLength: 64,
+    pattern: REMAINING,
     description: 'What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`.',
   },
 };
 
 /** The error responses every authenticated operation can give. */
 export const commonErrors = {
+  // Refused before any key is counted: no RateLimit fields (see .spectral.yaml).
   401: errorResponse('unauthorized: the API key is missing, not Bearer, unknown, revoked or expired.', authHeader),
-  408: errorResponse('request_timeout: the request was not received in time; the connection is closed.'),
+  408: parserRefusal('request_timeout: the request was not received in time; the connection is closed.'),
   414: errorResponse('uri_too_long: the URL is over 8 KiB.'),
   429: errorResponse(
     'rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served).',
     {
-      'Retry-After': { type: 'string', description: 'Seconds until requests are admitted again.' },
+      'Retry-After': retryAfter('Seconds until requests are admitted again.'),
       'RateLimit-Policy': {
         type: 'string',
+        maxLength: 64,
+        pattern: POLICY,
         description:
           'The policy that refused the request: the API key\'s `"default";q=<requests>;w=<seconds>`, or the address\'s `"refused-keys";q=<refused keys>;w=<seconds>`.',
       },
       RateLimit: {
         type: 'string',
+        maxLength: 64,
+        pattern: REMAINING,
         description: 'What is left of it: `"<policy>";r=0;t=<seconds until the window ends>`.',
       },
     },
   ),
-  431: errorResponse('headers_too_large: the request headers are over 16 KiB in all.'),
-  500: errorResponse('internal_error: the service failed; the request may be retried.'),
-  503: errorResponse('unavailable: the database cannot be reached; retry later.'),
+  431: parserRefusal('headers_too_large: the request headers are over 16 KiB in all.'),
+  500: errorResponse('internal_error: the service failed; the request may be retried.', rateLimitHeaders),
+  503: errorResponse('unavailable: the database cannot be reached; retry later.', rateLimitHeaders),
+};
+
+/** The 409 of an Idempotency-Key whose first request is still being processed (idempotency.ts). */
+export const idempotencyRetryAfter: HeaderDocs = {
+  'Retry-After': retryAfter('Seconds to wait before retrying.'),
+};
+
+/** createPet's Location: the new animal's path (CONTRACT.md createPet). */
+export const locationHeader: HeaderDoc = {
+  type: 'string',
+  maxLength: 28,
+  pattern: '^/v1/pets/[1-9][0-9]*$',
+  description: '/v1/pets/{id} of the new animal.',
 };

@@ -84,8 +84,8 @@ test('lists production and staging base addresses from configuration', async (t)
     PETSTORE_STAGING_URL: 'https://staging.example.com/v1/',
   });
   assert.deepEqual(document.servers, [
-    { url: 'https://api.example.com/v1', description: 'production' },
-    { url: 'https://staging.example.com/v1', description: 'staging' },
+    { url: 'https://api.example.com/v1', description: 'production', 'x-internal': false },
+    { url: 'https://staging.example.com/v1', description: 'staging', 'x-internal': false },
   ]);
 });
 
@@ -97,6 +97,9 @@ test('the production address follows HOST and PORT when it is not set', async (t
 test('documents the deprecation headers and limit rules', async (t) => {
   const { paths } = await fetchDocument(t);
   assert.deepEqual(Object.keys(paths['/pets/{petId}'].get.responses['200'].headers), [
+    'X-Request-Id',
+    'Cache-Control',
+    'X-Content-Type-Options',
     'Deprecation',
     'Sunset',
     'Link',
@@ -105,6 +108,47 @@ test('documents the deprecation headers and limit rules', async (t) => {
   ]);
   const limit = paths['/pets'].get.parameters.find((p: { name: string }) => p.name === 'limit');
   assert.deepEqual([limit.schema.minimum, limit.schema.maximum, limit.schema.default], [1, 100, 20]);
+  assert.equal(paths['/pets'].get.responses['200'].content['application/json'].schema.maxItems, 100);
+});
+
+test('writes the int64 bounds digit for digit: -2^63 and 2^63-1, ids from 1', async (t) => {
+  const { app } = await startApp(t);
+  const { body } = await app.inject({ url: '/v1/openapi.json' });
+  const int64 = '"type":"integer","format":"int64","minimum":-9223372036854775808,"maximum":9223372036854775807';
+  // categoryId in NewPet and in Pet.
+  assert.equal(body.split(int64).length - 1, 2, body);
+  const positive = '"type":"integer","format":"int64","minimum":1,"maximum":9223372036854775807';
+  // Pet's id and getPet's petId.
+  assert.equal(body.split(positive).length - 1, 2, body);
+  assert.doesNotMatch(body, /9223372036854776000/);
+});
+
+test('describes the licence, the tag of every operation, and a length for every string', async (t) => {
+  const document = await fetchDocument(t);
+  assert.deepEqual(document.info.license, { name: 'MIT', identifier: 'MIT' });
+  assert.deepEqual(
+    document.tags.map((tag: { name: string }) => tag.name),
+    ['pets'],
+  );
+  for (const operation of [
+    document.paths['/pets'].get,
+    document.paths['/pets'].post,
+    document.paths['/pets/{petId}'].get,
+  ]) {
+    assert.deepEqual(operation.tags, ['pets']);
+  }
+  // Every string schema, wherever it is, is bounded: by maxLength or by its enum.
+  const unbounded: string[] = [];
+  const visit = (node: unknown, path: string) => {
+    if (Array.isArray(node)) return node.forEach((item, i) => visit(item, `${path}/${i}`));
+    if (node === null || typeof node !== 'object') return;
+    const schema = node as Record<string, unknown>;
+    if (schema.type === 'string' && schema.maxLength === undefined && schema.enum === undefined) unbounded.push(path);
+    for (const [key, value] of Object.entries(schema)) visit(value, `${path}/${key}`);
+  };
+  visit(document.paths, '#/paths');
+  visit(document.components, '#/components');
+  assert.deepEqual(unbounded, []);
 });
 
 test('serves the interactive documentation page with its assets locally', async (t) => {

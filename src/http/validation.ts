@@ -16,7 +16,7 @@ function forAjv(schema: unknown): unknown {
   if (schema === null || typeof schema !== 'object') return schema;
   const source = schema as SchemaObject;
   if (isInt64(source)) {
-    const { type: _type, format: _format, minimum, ...rest } = source;
+    const { type: _type, format: _format, minimum, maximum: _maximum, ...rest } = source;
     return { ...rest, int64: { minimum: minimum === undefined ? INT64_MIN : BigInt(minimum) } };
   }
   return Object.fromEntries(Object.entries(source).map(([key, value]) => [key, forAjv(value)]));
@@ -31,6 +31,8 @@ const ajv = new Ajv({
   strict: true,
   // OpenAPI annotations that are not JSON Schema validation keywords.
   keywords: ['example'],
+  // OpenAPI's int32 only documents: the schemas that name it bound the integer themselves.
+  formats: { int32: true },
 });
 ajv.addKeyword({
   keyword: 'int64',

@@ -1,4 +1,5 @@
 import type { Config } from '../config.js';
+import type { HeaderDocs } from '../schemas.js';
 
 /**
  * The headers every getPet answer carries: RFC 9745 Deprecation, RFC 8594 Sunset and the
@@ -13,7 +14,22 @@ export function deprecationHeaders(config: Config): Record<string, string> {
 }
 
 export const deprecationHeaderDocs = {
-  Deprecation: { type: 'string', description: 'RFC 9745: when getPet was deprecated, as @<unix seconds>.' },
-  Sunset: { type: 'string', description: 'RFC 8594: Thu, 05 Dec 2030 00:00:00 GMT; from then on getPet answers 410.' },
-  Link: { type: 'string', description: 'RFC 8288: </v1/pets>; rel="successor-version".' },
-} as const;
+  Deprecation: {
+    type: 'string',
+    maxLength: 13,
+    pattern: '^@(0|[1-9][0-9]*)$',
+    description: 'RFC 9745: when getPet was deprecated, as @<unix seconds>.',
+  },
+  Sunset: {
+    type: 'string',
+    maxLength: 29,
+    enum: ['Thu, 05 Dec 2030 00:00:00 GMT'],
+    description: 'RFC 8594: Thu, 05 Dec 2030 00:00:00 GMT; from then on getPet answers 410.',
+  },
+  Link: {
+    type: 'string',
+    maxLength: 35,
+    enum: ['</v1/pets>; rel="successor-version"'],
+    description: 'RFC 8288: </v1/pets>; rel="successor-version".',
+  },
+} satisfies HeaderDocs;

@@ -104,6 +104,7 @@ export interface components {
              */
             message: string;
             /**
+             * Format: int32
              * @description The HTTP status code of the response.
              * @example 400
              */
@@ -136,9 +137,15 @@ export interface operations {
             /** @description A page of animals. */
             200: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description RFC 8288: the next page, rel="next", when there is one. */
                     Link?: string;
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>` (absent when rate limits are off). */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -151,6 +158,16 @@ export interface operations {
             /** @description invalid_request: a query parameter is invalid, repeated or unknown. */
             400: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -160,8 +177,14 @@ export interface operations {
             /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
             401: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
-                    "WWW-Authenticate"?: string;
+                    "WWW-Authenticate"?: "Bearer realm=\"petstore\"" | "Bearer realm=\"petstore\", error=\"invalid_token\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -171,8 +194,14 @@ export interface operations {
             /** @description forbidden: the API key is valid but does not hold the scope pets:read. */
             403: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:read" (RFC 6750 section 3.1). */
-                    "WWW-Authenticate"?: string;
+                    "WWW-Authenticate"?: "Bearer realm=\"petstore\", error=\"insufficient_scope\", scope=\"pets:read\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -182,6 +211,12 @@ export interface operations {
             /** @description request_timeout: the request was not received in time; the connection is closed. */
             408: {
                 headers: {
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The connection is closed after this answer. */
+                    Connection?: "close";
                     [name: string]: unknown;
                 };
                 content: {
@@ -191,6 +226,12 @@ export interface operations {
             /** @description uri_too_long: the URL is over 8 KiB. */
             414: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     [name: string]: unknown;
                 };
                 content: {
@@ -200,6 +241,12 @@ export interface operations {
             /** @description rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served). */
             429: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Seconds until requests are admitted again. */
                     "Retry-After"?: string;
                     /** @description The policy that refused the request: the API key's `"default";q=<requests>;w=<seconds>`, or the address's `"refused-keys";q=<refused keys>;w=<seconds>`. */
@@ -215,6 +262,12 @@ export interface operations {
             /** @description headers_too_large: the request headers are over 16 KiB in all. */
             431: {
                 headers: {
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The connection is closed after this answer. */
+                    Connection?: "close";
                     [name: string]: unknown;
                 };
                 content: {
@@ -224,6 +277,16 @@ export interface operations {
             /** @description internal_error: the service failed; the request may be retried. */
             500: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -233,6 +296,16 @@ export interface operations {
             /** @description unavailable: the database cannot be reached; retry later. */
             503: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -263,10 +336,20 @@ export interface operations {
             /** @description The animal as stored, with its new id; on a replay, the first response again. */
             201: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description /v1/pets/{id} of the new animal. */
                     Location?: string;
                     /** @description `true` when this is the stored first response to an earlier request with the same Idempotency-Key. */
-                    "Idempotent-Replayed"?: string;
+                    "Idempotent-Replayed"?: "true";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -276,6 +359,16 @@ export interface operations {
             /** @description invalid_request: the body is not a valid NewPet, or not valid JSON, or Idempotency-Key is malformed. */
             400: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -285,8 +378,14 @@ export interface operations {
             /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
             401: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
-                    "WWW-Authenticate"?: string;
+                    "WWW-Authenticate"?: "Bearer realm=\"petstore\"" | "Bearer realm=\"petstore\", error=\"invalid_token\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -296,8 +395,14 @@ export interface operations {
             /** @description forbidden: the API key is valid but does not hold the scope pets:write. */
             403: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:write" (RFC 6750 section 3.1). */
-                    "WWW-Authenticate"?: string;
+                    "WWW-Authenticate"?: "Bearer realm=\"petstore\", error=\"insufficient_scope\", scope=\"pets:write\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -307,6 +412,12 @@ export interface operations {
             /** @description request_timeout: the request was not received in time; the connection is closed. */
             408: {
                 headers: {
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The connection is closed after this answer. */
+                    Connection?: "close";
                     [name: string]: unknown;
                 };
                 content: {
@@ -316,8 +427,18 @@ export interface operations {
             /** @description idempotency_conflict: a request with this Idempotency-Key is still being processed; retry after Retry-After seconds. */
             409: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Seconds to wait before retrying. */
                     "Retry-After"?: string;
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -327,6 +448,16 @@ export interface operations {
             /** @description payload_too_large: the body is over 16 KiB. */
             413: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -336,6 +467,12 @@ export interface operations {
             /** @description uri_too_long: the URL is over 8 KiB. */
             414: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     [name: string]: unknown;
                 };
                 content: {
@@ -345,6 +482,16 @@ export interface operations {
             /** @description unsupported_media_type: the body is not sent as application/json (UTF-8). */
             415: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -354,6 +501,16 @@ export interface operations {
             /** @description idempotency_mismatch: this Idempotency-Key was used with a different body. */
             422: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -363,6 +520,12 @@ export interface operations {
             /** @description rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served). */
             429: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Seconds until requests are admitted again. */
                     "Retry-After"?: string;
                     /** @description The policy that refused the request: the API key's `"default";q=<requests>;w=<seconds>`, or the address's `"refused-keys";q=<refused keys>;w=<seconds>`. */
@@ -378,6 +541,12 @@ export interface operations {
             /** @description headers_too_large: the request headers are over 16 KiB in all. */
             431: {
                 headers: {
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The connection is closed after this answer. */
+                    Connection?: "close";
                     [name: string]: unknown;
                 };
                 content: {
@@ -387,6 +556,16 @@ export interface operations {
             /** @description internal_error: the service failed; the request may be retried. */
             500: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -396,6 +575,16 @@ export interface operations {
             /** @description unavailable: the database cannot be reached; retry later. */
             503: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -422,13 +611,19 @@ export interface operations {
             /** @description The animal. */
             200: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description RFC 9745: when getPet was deprecated, as @<unix seconds>. */
                     Deprecation?: string;
                     /** @description RFC 8594: Thu, 05 Dec 2030 00:00:00 GMT; from then on getPet answers 410. */
-                    Sunset?: string;
+                    Sunset?: "Thu, 05 Dec 2030 00:00:00 GMT";
                     /** @description RFC 8288: </v1/pets>; rel="successor-version". */
-                    Link?: string;
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>` (absent when rate limits are off). */
+                    Link?: "</v1/pets>; rel=\"successor-version\"";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -441,6 +636,12 @@ export interface operations {
             /** @description invalid_request: the request is not valid HTTP/1.1 (request line or headers). */
             400: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     [name: string]: unknown;
                 };
                 content: {
@@ -450,8 +651,14 @@ export interface operations {
             /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
             401: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
-                    "WWW-Authenticate"?: string;
+                    "WWW-Authenticate"?: "Bearer realm=\"petstore\"" | "Bearer realm=\"petstore\", error=\"invalid_token\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -461,8 +668,14 @@ export interface operations {
             /** @description forbidden: the API key is valid but does not hold the scope pets:read. */
             403: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:read" (RFC 6750 section 3.1). */
-                    "WWW-Authenticate"?: string;
+                    "WWW-Authenticate"?: "Bearer realm=\"petstore\", error=\"insufficient_scope\", scope=\"pets:read\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -472,12 +685,22 @@ export interface operations {
             /** @description not_found: no animal has this id, or petId is not a positive integer. */
             404: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description RFC 9745: when getPet was deprecated, as @<unix seconds>. */
                     Deprecation?: string;
                     /** @description RFC 8594: Thu, 05 Dec 2030 00:00:00 GMT; from then on getPet answers 410. */
-                    Sunset?: string;
+                    Sunset?: "Thu, 05 Dec 2030 00:00:00 GMT";
                     /** @description RFC 8288: </v1/pets>; rel="successor-version". */
-                    Link?: string;
+                    Link?: "</v1/pets>; rel=\"successor-version\"";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -487,6 +710,12 @@ export interface operations {
             /** @description request_timeout: the request was not received in time; the connection is closed. */
             408: {
                 headers: {
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The connection is closed after this answer. */
+                    Connection?: "close";
                     [name: string]: unknown;
                 };
                 content: {
@@ -496,12 +725,22 @@ export interface operations {
             /** @description gone: the sunset has passed; use GET /v1/pets. */
             410: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description RFC 9745: when getPet was deprecated, as @<unix seconds>. */
                     Deprecation?: string;
                     /** @description RFC 8594: Thu, 05 Dec 2030 00:00:00 GMT; from then on getPet answers 410. */
-                    Sunset?: string;
+                    Sunset?: "Thu, 05 Dec 2030 00:00:00 GMT";
                     /** @description RFC 8288: </v1/pets>; rel="successor-version". */
-                    Link?: string;
+                    Link?: "</v1/pets>; rel=\"successor-version\"";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -511,6 +750,12 @@ export interface operations {
             /** @description uri_too_long: the URL is over 8 KiB. */
             414: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     [name: string]: unknown;
                 };
                 content: {
@@ -520,6 +765,12 @@ export interface operations {
             /** @description rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served). */
             429: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
                     /** @description Seconds until requests are admitted again. */
                     "Retry-After"?: string;
                     /** @description The policy that refused the request: the API key's `"default";q=<requests>;w=<seconds>`, or the address's `"refused-keys";q=<refused keys>;w=<seconds>`. */
@@ -535,6 +786,12 @@ export interface operations {
             /** @description headers_too_large: the request headers are over 16 KiB in all. */
             431: {
                 headers: {
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The connection is closed after this answer. */
+                    Connection?: "close";
                     [name: string]: unknown;
                 };
                 content: {
@@ -544,6 +801,16 @@ export interface operations {
             /** @description internal_error: the service failed; the request may be retried. */
             500: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -553,6 +820,16 @@ export interface operations {
             /** @description unavailable: the database cannot be reached; retry later. */
             503: {
                 headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {

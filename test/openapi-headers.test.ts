@@ -1,0 +1,164 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { encodeCursor } from '../src/pets/cursor.js';
+import { issueKey } from '../src/keys/cli.js';
+import { INT64_MAX, ListPetsQuery } from '../src/schemas.js';
+import { startApp, type TestApp } from './helpers.js';
+
+interface HeaderSchema {
+  maxLength: number;
+  pattern?: string;
+  enum?: string[];
+}
+interface OpenApi {
+  paths: Record<
+    string,
+    Record<string, { responses: Record<string, { headers?: Record<string, { schema: HeaderSchema }> }> }>
+  >;
+}
+
+// Fields of HTTP's own framing (RFC 9110, RFC 9112), not the API's: Content-Type is the
+// response's content in the document, the others belong to the connection.
+const FRAMING = new Set(['content-type', 'content-length', 'date', 'connection', 'keep-alive', 'transfer-encoding']);
+
+interface Answer {
+  statusCode: number;
+  headers: Record<string, unknown>;
+}
+
+async function documentOf(app: TestApp['app']): Promise<OpenApi> {
+  return (await app.inject({ url: '/v1/openapi.json' })).json();
+}
+
+/**
+ * Asserts that every field of `answer` (but framing) is described on its status in the
+ * document, and that its value fits the description: maxLength, and pattern or enum.
+ */
+function assertDescribed(document: OpenApi, path: string, method: string, answer: Answer): void {
+  const status = String(answer.statusCode);
+  const response = document.paths[path]?.[method]?.responses[status];
+  assert.ok(response, `${method.toUpperCase()} ${path} answered ${status}, which the document does not list`);
+  const described = new Map(Object.entries(response.headers ?? {}).map(([name, doc]) => [name.toLowerCase(), doc]));
+  for (const [name, raw] of Object.entries(answer.headers)) {
+    if (FRAMING.has(name)) continue;
+    const where = `${name} on ${method.toUpperCase()} ${path} ${status}`;
+    const doc = described.get(name);
+    assert.ok(doc, `${where} is sent but not described`);
+    const value = String(raw);
+    assert.ok(value.length <= doc.schema.maxLength, `${where}: ${value} is longer than ${doc.schema.maxLength}`);
+    if (doc.schema.pattern) assert.match(value, new RegExp(doc.schema.pattern, 'u'), where);
+    if (doc.schema.enum) assert.ok(doc.schema.enum.includes(value), `${where}: ${value} is not in the enum`);
+  }
+}
+
+async function withScopes(t: TestContext, app: TestApp, scopes: ('pets:read' | 'pets:write')[]) {
+  const { key } = await issueKey(app.store, 'narrow', new Date(), { scopes });
+  return key;
+}
+
+test('every field listPets sends is described on its status, with a value that fits', async (t) => {
+  const app = await startApp(t);
+  const document = await documentOf(app.app);
+  for (const name of ['A', 'B', 'C']) {
+    await app.call({ method: 'POST', url: '/v1/pets', payload: { name, categoryId: 1 } });
+  }
+  const check = (answer: Answer) => assertDescribed(document, '/pets', 'get', answer);
+  const page = await app.call({ url: '/v1/pets?limit=1&status=available', headers: { 'x-request-id': 'trace-42' } });
+  assert.match(String(page.headers.link), /rel="next"/);
+  check(page);
+  check(await app.call({ url: '/v1/pets?limit=0' }));
+  check(await app.app.inject({ url: '/v1/pets' }));
+  check(await app.app.inject({ url: '/v1/pets', headers: { authorization: 'Bearer psk_unknown' } }));
+  const writer = await withScopes(t, app, ['pets:write']);
+  check(await app.app.inject({ url: '/v1/pets', headers: { authorization: `Bearer ${writer}` } }));
+  check(await app.call({ url: `/v1/pets?x=${'a'.repeat(9000)}` }));
+});
+
+test('every field createPet sends is described on its status, with a value that fits', async (t) => {
+  const app = await startApp(t);
+  const document = await documentOf(app.app);
+  const check = (answer: Answer) => assertDescribed(document, '/pets', 'post', answer);
+  const once = { 'idempotency-key': 'order-7' };
+  const created = await app.call({
+    method: 'POST',
+    url: '/v1/pets',
+    headers: once,
+    payload: { name: 'Rex', categoryId: 7 },
+  });
+  assert.equal(created.statusCode, 201);
+  check(created);
+  const replayed = await app.call({
+    method: 'POST',
+    url: '/v1/pets',
+    headers: once,
+    payload: { name: 'Rex', categoryId: 7 },
+  });
+  assert.equal(replayed.headers['idempotent-replayed'], 'true');
+  check(replayed);
+  check(await app.call({ method: 'POST', url: '/v1/pets', headers: once, payload: { name: 'Max', categoryId: 7 } }));
+  check(await app.call({ method: 'POST', url: '/v1/pets', payload: { name: '', categoryId: 7 } }));
+  check(await app.call({ method: 'POST', url: '/v1/pets', headers: { 'content-type': 'text/plain' }, payload: 'Rex' }));
+  check(await app.call({ method: 'POST', url: '/v1/pets', payload: { name: 'x'.repeat(20_000), categoryId: 7 } }));
+  const reader = await withScopes(t, app, ['pets:read']);
+  check(
+    await app.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: { authorization: `Bearer ${reader}` },
+      payload: { name: 'Rex', categoryId: 7 },
+    }),
+  );
+});
+
+test('every field getPet sends is described on its status, before and after the sunset', async (t) => {
+  const app = await startApp(t);
+  const document = await documentOf(app.app);
+  const check = (answer: Answer) => assertDescribed(document, '/pets/{petId}', 'get', answer);
+  const { id } = (await app.call({ method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 7 } })).json();
+  check(await app.call({ url: `/v1/pets/${id}` }));
+  check(await app.call({ url: '/v1/pets/9223372036854775807' }));
+  check(await app.call({ url: '/v1/pets/abc' }));
+  check(await app.app.inject({ url: `/v1/pets/${id}` }));
+  app.clock.set(Date.UTC(2030, 11, 5));
+  check(await app.call({ url: `/v1/pets/${id}` }));
+});
+
+test('the 429s of both limits carry described fields: the key quota and the refused keys of an address', async (t) => {
+  const app = await startApp(t, { env: { PETSTORE_RATE_LIMIT: '1', PETSTORE_AUTH_FAILURE_LIMIT: '1' } });
+  const document = await documentOf(app.app);
+  const check = (answer: Answer) => assertDescribed(document, '/pets', 'get', answer);
+  check(await app.call({ url: '/v1/pets' }));
+  const limited = await app.call({ url: '/v1/pets' });
+  assert.equal(limited.statusCode, 429);
+  check(limited);
+  const unknown = { authorization: 'Bearer psk_unknown' };
+  check(await app.app.inject({ url: '/v1/pets', headers: unknown }));
+  const refused = await app.app.inject({ url: '/v1/pets', headers: unknown });
+  assert.equal(refused.statusCode, 429);
+  assert.match(String(refused.headers['ratelimit-policy']), /^"refused-keys"/);
+  check(refused);
+});
+
+test('a page answered from the page cache carries the same described fields', async (t) => {
+  const app = await startApp(t);
+  const document = await documentOf(app.app);
+  for (const name of ['A', 'B']) await app.call({ method: 'POST', url: '/v1/pets', payload: { name, categoryId: 1 } });
+  const address = await app.app.listen({ port: 0, host: '127.0.0.1' });
+  for (let i = 0; i < 3; i++) {
+    const response = await fetch(`${address}/v1/pets?limit=1`, { headers: { authorization: `Bearer ${app.key}` } });
+    await response.arrayBuffer();
+    assertDescribed(document, '/pets', 'get', {
+      statusCode: response.status,
+      headers: Object.fromEntries(response.headers),
+    });
+  }
+});
+
+test('the longest cursor the service can issue fits the cursor parameter as described', () => {
+  const { cursor } = ListPetsQuery.properties;
+  for (const status of [undefined, 'available', 'pending', 'sold'] as const) {
+    const longest = encodeCursor({ afterId: INT64_MAX, status });
+    assert.ok(longest.length <= cursor.maxLength!, `${longest} is longer than ${cursor.maxLength}`);
+    assert.match(longest, new RegExp(cursor.pattern!, 'u'));
+  }
+});
