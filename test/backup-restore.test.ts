@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
@@ -49,7 +49,7 @@ const sha256 = (path: string) => createHash('sha256').update(readFileSync(path))
 /** The lines of a command's standard error that are its refusal (`petstore: …`). */
 const refusals = (stderr: string) => stderr.split('\n').filter((line) => line.startsWith('petstore:'));
 
-test('a backup taken under a write load holds every pet acknowledged before it started, and restores into a service that serves them', async (t) => {
+test('a backup taken under a write load holds every pet acknowledged before it started, and restores into a service that serves them, over a killed one', async (t) => {
   const env = childEnv(t, { PETSTORE_RATE_LIMIT: 'off' });
   const { server, key } = await serveFresh(t, env);
   const acknowledged: number[] = [];
@@ -78,8 +78,11 @@ test('a backup taken under a write load holds every pet acknowledged before it s
   assert.equal(copied.size, Number(count));
   for (const id of before) assert.ok(copied.has(id), `pet ${id}, acknowledged before the backup, is in it`);
 
-  // Restored over the database it came from (which holds more pets now): the service serves the copy.
-  await stop(server);
+  // Restored over the database it came from, which holds more pets now, some only in the -wal
+  // file a killed service leaves: the service then serves the copy, and nothing of that log.
+  server.child.kill('SIGKILL');
+  await server.exited;
+  assert.ok(existsSync(`${env.PETSTORE_DB}-wal`), 'the killed service left its write-ahead log');
   const restored = await runCli(['restore', file], env);
   assert.equal(restored.code, 0, restored.stderr);
   assert.match(restored.stdout, new RegExp(`\\(${count} pets\\) into the SQLite database`));
