@@ -65,7 +65,9 @@ export async function backupSqlite(
   if (path === resolve(source)) throw new OperationRefused(`${path} is the database itself; name another file.`);
   if (!force && existsSync(path)) throw new OperationRefused(`${path} already exists; add --force to replace it.`);
   if (!existsSync(source))
-    throw new OperationRefused(`${resolve(source)} does not exist: there is nothing to back up.`);
+    throw new OperationRefused(
+      `the SQLite database ${resolve(source)} (PETSTORE_DB) does not exist: there is nothing to back up.`,
+    );
   const temporary = createBeside(path, 'backup');
   try {
     const db = new Database(source, { fileMustExist: true });
@@ -198,6 +200,13 @@ function lockUnused(path: string, shown: string): Database.Database {
       throw new OperationRefused(
         `${shown} is in use: another process has it open (SQLite refused this process an exclusive lock on the file, ` +
           'which every petstore service and command holds a share of while it runs); stop it and restore again.',
+      );
+    }
+    // SQLite locks a file it can read as a database only: whether one is using it cannot be told.
+    if (codeOf(error) === 'SQLITE_NOTADB' || codeOf(error).startsWith('SQLITE_CORRUPT')) {
+      throw new OperationRefused(
+        `${shown} cannot be read as a SQLite database, so whether a process uses it cannot be told; ` +
+          'once no service runs, move it aside (with any -wal and -shm files) and restore again.',
       );
     }
     throw error;
