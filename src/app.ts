@@ -16,6 +16,7 @@ import { createMetrics, registerMetrics } from './http/metrics.js';
 import { observability } from './http/observability.js';
 import { parseQuery } from './http/query.js';
 import { loggingOptions } from './http/request-log.js';
+import { tracing } from './http/tracing.js';
 import { compileValidator } from './http/validation.js';
 import { pets } from './pets/pets.js';
 import { sharedSchemas } from './schemas.js';
@@ -39,8 +40,8 @@ export interface AppDeps {
 
 /**
  * The whole service, wired. It never listens: `server.ts` does, tests `inject`. Every request
- * takes one way: the plugins' hooks in the order registered here (observability, hardening,
- * CORS, then each route's key check), validation, the handler, the Store.
+ * takes one way: the plugins' hooks in the order registered here (tracing, when on; observability,
+ * hardening, CORS, then each route's key check), validation, the handler, the Store.
  */
 export async function buildApp({
   config,
@@ -51,7 +52,11 @@ export async function buildApp({
   hitFlushMs,
 }: AppDeps): Promise<FastifyInstance> {
   const metrics = createMetrics(plainStore);
-  const store = new InstrumentedStore(plainStore, metrics.observeStoreCall);
+  const store = new InstrumentedStore(
+    plainStore,
+    metrics.observeStoreCall,
+    config.databaseUrl ? 'postgresql' : 'sqlite',
+  );
   const app = Fastify({
     ...loggingOptions(config, logger, logStream),
     bodyLimit: BODY_LIMIT,
@@ -93,6 +98,7 @@ export async function buildApp({
   app.setErrorHandler(handleError);
   app.setNotFoundHandler(handleNotFound);
 
+  await app.register(tracing);
   await app.register(observability, { metrics });
   await app.register(hardening, { config, metrics });
   if (config.corsOrigins.length > 0) {

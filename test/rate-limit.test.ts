@@ -182,10 +182,7 @@ test(
   async (t) => {
     const url = await createPostgresSchema(t);
     const FLUSH_MS = 40;
-    const [storeA, storeB] = [
-      openPostgresStore(url),
-      openPostgresStore(url),
-    ];
+    const [storeA, storeB] = [openPostgresStore(url), openPostgresStore(url)];
     t.after(() => Promise.all([storeA.close(), storeB.close()]));
     await storeA.migrate();
     const LIMIT = 20;

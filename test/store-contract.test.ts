@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, test, type TestContext } from 'node:test';
 import {
   PET_COUNTS_MAX_AGE_MS,
@@ -354,10 +353,20 @@ for (const kind of storeKinds) {
       const database = await kind.createDatabase(t);
       const [a, b] = [database.open(), database.open()];
       await Promise.all([a.migrate(), b.migrate()]);
-      assert.deepEqual(await a.addHits(T0, ['key:1', 'key:2'], [2, 1]), new Map([['key:1', 2], ['key:2', 1]]));
+      assert.deepEqual(
+        await a.addHits(T0, ['key:1', 'key:2'], [2, 1]),
+        new Map([
+          ['key:1', 2],
+          ['key:2', 1],
+        ]),
+      );
       // PostgreSQL: a's two, then b's one. SQLite: one process each, so b's own only.
       assert.deepEqual(await b.addHits(T0, ['key:1'], [1]), new Map([['key:1', kind.name === 'PostgreSQL' ? 3 : 1]]));
-      assert.deepEqual(await a.addHits(T0 + 60_000, ['key:1'], [1]), new Map([['key:1', 1]]), 'a new window starts from 0');
+      assert.deepEqual(
+        await a.addHits(T0 + 60_000, ['key:1'], [1]),
+        new Map([['key:1', 1]]),
+        'a new window starts from 0',
+      );
     });
   });
 }

@@ -31,7 +31,13 @@ export const observability = fp<ObservabilityOptions>(
       const operation = operationOf(request);
       const seconds = reply.elapsedTime / 1000;
       metrics.observeAnswer(operation, request.method, reply.statusCode, seconds);
-      logAnswer(request.log, { operation, method: request.method, url: request.url, status: reply.statusCode, seconds });
+      logAnswer(request.log, {
+        operation,
+        method: request.method,
+        url: request.url,
+        status: reply.statusCode,
+        seconds,
+      });
     };
     app.decorate('recordAnswer', (request: FastifyRequest, reply: FastifyReply) => {
       echoRequestId(request, reply);

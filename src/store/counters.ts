@@ -88,7 +88,11 @@ export function batchedCounters(write: WriteHits, flushEveryMs: number = HIT_FLU
  * `addHits`. Windows before the newest are forgotten as soon as a newer one begins; a late batch
  * for an older window counts in the newest one, so a count is never under the truth.
  */
-export function processCounts(): (windowStart: number, subjects: string[], hits: number[]) => Promise<Map<string, number>> {
+export function processCounts(): (
+  windowStart: number,
+  subjects: string[],
+  hits: number[],
+) => Promise<Map<string, number>> {
   let current = -Infinity;
   let totals = new Map<string, number>();
   return async (windowStart, subjects, hits) => {
