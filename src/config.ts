@@ -260,11 +260,21 @@ export const settings = {
   maxConnectionsPerAddress: {
     env: 'PETSTORE_MAX_CONNECTIONS_PER_ADDRESS',
     description:
-      "Most connections open at once from one client address (PETSTORE_TRUST_PROXY peers excepted); past it, the address's oldest connection that has sent nothing yet is closed, or else the new one.",
+      "Most connections open at once from one client address, an IPv6 client counted by its /64 (PETSTORE_TRUST_PROXY peers excepted); past it, the address's oldest connection that has sent nothing yet is closed, or else the new one.",
     format: 'integer 1..1000000, or off',
-    default: '256',
+    default: 'PETSTORE_MAX_CONNECTIONS / 16, at least 1',
+    // A sixteenth: it takes sixteen addresses (or /64s) to hold every slot (docs/hardening.md).
+    derive: ({ maxConnections }) => String(Math.max(1, Math.floor(Number(maxConnections) / 16))),
     parse: integerOrOff(1_000_000),
   } satisfies Setting<number | undefined>,
+  stallTimeoutMs: {
+    env: 'PETSTORE_STALL_TIMEOUT_MS',
+    description:
+      'Longest time a connection may wait on its client without progress (its answers not read, or a request body not arriving); then it is closed, a stalled body first answered 408.',
+    format: 'milliseconds, integer 100..600000',
+    default: '10000',
+    parse: integer(100, 600_000),
+  } satisfies Setting<number>,
   keepAliveTimeoutMs: {
     env: 'PETSTORE_KEEP_ALIVE_TIMEOUT_MS',
     description:

@@ -1,4 +1,6 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { BlockList, isIP, type Server, type Socket } from 'node:net';
+import { answerClientError } from './client-errors.js';
 
 /** The addresses and ranges of `entries` (PETSTORE_TRUST_PROXY's form: 10.0.0.0/8, 2001:db8::1). */
 function blockListOf(entries: string[]): BlockList {
@@ -12,49 +14,163 @@ function blockListOf(entries: string[]): BlockList {
   return list;
 }
 
-export interface ConnectionCaps {
-  /** Most connections open at once (PETSTORE_MAX_CONNECTIONS). */
-  max: number;
-  /** Most open at once from one peer address (PETSTORE_MAX_CONNECTIONS_PER_ADDRESS); undefined: no such cap. */
-  perAddress: number | undefined;
-  /** Proxies (PETSTORE_TRUST_PROXY), which carry many clients: not capped per address. */
-  trusted: string[];
+/** The eight 16-bit groups of an IPv6 address (without a zone), a dotted IPv4 tail included. */
+function groupsOf(address: string): number[] {
+  const [head = '', tail] = address.split('::');
+  const parse = (part: string) =>
+    part === ''
+      ? []
+      : part.split(':').flatMap((group) => {
+          if (!group.includes('.')) return [parseInt(group, 16)];
+          const [a = 0, b = 0, c = 0, d = 0] = group.split('.').map(Number);
+          return [(a << 8) | b, (c << 8) | d];
+        });
+  const first = parse(head);
+  const last = tail === undefined ? [] : parse(tail);
+  return [...first, ...Array<number>(8 - first.length - last.length).fill(0), ...last];
 }
 
 /**
- * Caps the connections open at once, in all and per peer address, so that clients that open
- * connections and send nothing cannot keep the others out:
+ * The group a client address is counted in by every per-address limit (the connection cap
+ * and the refused-key limit): an IPv4 address is its own group, an IPv4-mapped IPv6 address
+ * (`::ffff:192.0.2.1`, how a dual-stack socket shows an IPv4 peer) is that IPv4 address, and an
+ * IPv6 address counts by its /64, the smallest block a site or a single host is given (RFC 6177,
+ * RFC 8273): whoever holds one address of a /64 can use all of them. Anything else (not an IP
+ * address) is returned unchanged.
  *
- * - past the per-address cap, the address's oldest connection that has sent nothing yet is
+ * @example addressGroup('2001:db8:1:2:aaaa::1') // '2001:db8:1:2::/64'
+ * @example addressGroup('2001:db8::1') // '2001:db8::/64'
+ * @example addressGroup('::ffff:192.0.2.1') // '192.0.2.1'
+ */
+export function addressGroup(address: string): string {
+  const bare = address.split('%', 1)[0]!;
+  const version = isIP(bare);
+  if (version === 4) return bare;
+  if (version !== 6) return address;
+  const groups = groupsOf(bare.toLowerCase());
+  if (groups.slice(0, 5).every((group) => group === 0) && groups[5] === 0xffff) {
+    const [high = 0, low = 0] = groups.slice(6);
+    return `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`;
+  }
+  // RFC 5952's form: the zeros that end the prefix join the /64's own in one `::`.
+  const prefix = groups.slice(0, 4);
+  while (prefix.at(-1) === 0) prefix.pop();
+  return `${prefix.map((group) => group.toString(16)).join(':')}::/64`;
+}
+
+/** Why the service closed a connection itself, as `petstore_connections_closed_total` counts it. */
+export type CloseReason =
+  /** Its answers were not read: nothing of them left for PETSTORE_STALL_TIMEOUT_MS. */
+  | 'slow_reader'
+  /** Its request's body stopped arriving for PETSTORE_STALL_TIMEOUT_MS (answered 408). */
+  | 'no_progress'
+  /** More than PIPELINE_LIMIT requests waited on it for their answers. */
+  | 'pipeline_depth'
+  /** It had sent nothing yet, and made room for a new connection. */
+  | 'silent_evicted'
+  /** Its address group held PETSTORE_MAX_CONNECTIONS_PER_ADDRESS busy connections already. */
+  | 'address_full'
+  /** Every one of PETSTORE_MAX_CONNECTIONS slots was busy (Node closes it as it opens). */
+  | 'server_full';
+
+/** Requests waiting behind the one being answered at which the connection's reading stops until half of them are let through. */
+export const PIPELINE_HOLD = 16;
+
+/**
+ * Most requests one connection may have waiting behind the one being answered. Node parses a
+ * whole read (up to 64 KiB, over a thousand small requests) at once, so stopping the reading
+ * cannot stop a read already made; requests past this are never answered: the connection is
+ * closed, and RFC 9112 section 9.3.2 has the client retry them on a new one.
+ */
+export const PIPELINE_LIMIT = 64;
+
+export interface ConnectionCaps {
+  /** Most connections open at once (PETSTORE_MAX_CONNECTIONS). */
+  max: number;
+  /** Most open at once from one address group (PETSTORE_MAX_CONNECTIONS_PER_ADDRESS); undefined: no such cap. */
+  perAddress: number | undefined;
+  /** Proxies (PETSTORE_TRUST_PROXY), which carry many clients: not capped per address. */
+  trusted: string[];
+  /** Longest wait on a client that makes no progress (PETSTORE_STALL_TIMEOUT_MS); undefined: no such limit. */
+  stallTimeoutMs?: number;
+  /** Told each time a connection is closed here or refused for want of a slot (for /metrics). */
+  onClose?: (reason: CloseReason) => void;
+}
+
+type RequestListener = (request: IncomingMessage, response: ServerResponse) => void;
+
+interface Connection {
+  group: string;
+  mine: Set<Socket> | undefined;
+  /** The request being answered, and those received behind it, oldest first. */
+  current: IncomingMessage | undefined;
+  waiting: [IncomingMessage, ServerResponse][];
+  /** True while its reading is stopped for too many waiting requests. */
+  held: boolean;
+  /** Bytes read plus bytes the kernel took, at the last check, and when it last changed or the connection last waited on nothing from its client. */
+  seen: number;
+  since: number;
+  /** Answered 408 for a stalled body: destroyed at the next check if the answer could not be flushed. */
+  ending: boolean;
+}
+
+/** Bytes the connection read, plus those of its answers the kernel took (what is still queued in the process is left out). */
+const progressOf = (socket: Socket) => socket.bytesRead + (socket.bytesWritten ?? 0) - socket.writableLength;
+
+/** True while the connection can go on only if its client does something: read its answers, or send the rest of a body. */
+const waitsOnClient = (socket: Socket, connection: Connection) =>
+  socket.writableLength > 0 || (connection.current !== undefined && !connection.current.complete);
+
+const stalledBody = Object.assign(new Error('Request body stalled'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' });
+
+/**
+ * Caps the connections open at once, in all and per address group (see addressGroup), so that
+ * clients that open connections and send nothing cannot keep the others out:
+ *
+ * - past the per-address cap, the group's oldest connection that has sent nothing yet is
  *   closed to make room; when every one of them has sent something, the new one is closed;
  * - when the last of `max` slots is taken, the oldest connection that has sent nothing yet is
  *   closed, so the next client finds a slot; past `max`, node:http closes a new connection
  *   as soon as it opens.
  *
- * A connection that sent its request is never closed here; one that sends nothing meets the
- * header timeout anyway. Only open connections are remembered.
+ * A connection's requests are let through to the app one at a time: the next when the answer
+ * before it has been handed to the kernel. So one connection never holds more than one answer
+ * in the process, however many requests it pipelines; with PIPELINE_HOLD requests waiting, its
+ * reading stops until they are answered, and past PIPELINE_LIMIT it is closed. A
+ * connection that waits on its client (answers unread, a body not arriving) and makes no
+ * progress for `stallTimeoutMs` is closed, checked every second at most. One that sends
+ * nothing meets the header timeout instead. Only open connections are remembered.
  */
-export function capConnections(server: Server, { max, perAddress, trusted }: ConnectionCaps): void {
+export function capConnections(
+  server: Server,
+  { max, perAddress, trusted, stallTimeoutMs, onClose = () => {} }: ConnectionCaps,
+): void {
   server.maxConnections = max;
+  server.on('drop', () => onClose('server_full'));
   const proxies = blockListOf(trusted);
   const isProxy = (address: string) =>
     trusted.length > 0 && proxies.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4');
-  // Open connections, oldest first, with their address's set when capped per address.
-  const open = new Map<Socket, { address: string; mine: Set<Socket> | undefined }>();
-  const byAddress = new Map<string, Set<Socket>>();
+  // Open connections, oldest first, with their group's set when capped per address.
+  const open = new Map<Socket, Connection>();
+  const byGroup = new Map<string, Set<Socket>>();
   const forget = (socket: Socket) => {
     const entry = open.get(socket);
     if (!entry) return;
     open.delete(socket);
+    entry.waiting.length = 0;
     entry.mine?.delete(socket);
-    if (entry.mine?.size === 0) byAddress.delete(entry.address);
+    if (entry.mine?.size === 0) byGroup.delete(entry.group);
+  };
+  const close = (socket: Socket, reason: CloseReason) => {
+    forget(socket);
+    socket.destroy();
+    onClose(reason);
   };
   // The oldest connection of `among` that has sent nothing yet, other than `spare`, is closed.
   const closeOldestSilent = (among: Iterable<Socket>, spare: Socket): boolean => {
     for (const socket of among) {
       if (socket !== spare && socket.bytesRead === 0) {
-        forget(socket);
-        socket.destroy();
+        close(socket, 'silent_evicted');
         return true;
       }
     }
@@ -63,17 +179,108 @@ export function capConnections(server: Server, { max, perAddress, trusted }: Con
   server.on('connection', (socket: Socket) => {
     const address = socket.remoteAddress;
     if (address === undefined) return;
+    const group = addressGroup(address);
     let mine: Set<Socket> | undefined;
     if (perAddress !== undefined && !isProxy(address)) {
-      mine = byAddress.get(address);
-      if (!mine) byAddress.set(address, (mine = new Set()));
-      if (mine.size >= perAddress && !closeOldestSilent(mine, socket)) return void socket.destroy();
+      mine = byGroup.get(group);
+      if (!mine) byGroup.set(group, (mine = new Set()));
+      if (mine.size >= perAddress && !closeOldestSilent(mine, socket)) {
+        socket.destroy();
+        return onClose('address_full');
+      }
       mine.add(socket);
       // Closing the last other one may have let go of the set.
-      byAddress.set(address, mine);
+      byGroup.set(group, mine);
     }
-    open.set(socket, { address, mine });
+    const connection: Connection = {
+      group,
+      mine,
+      current: undefined,
+      waiting: [],
+      held: false,
+      seen: 0,
+      since: 0,
+      ending: false,
+    };
+    open.set(socket, connection);
     socket.once('close', () => forget(socket));
+    // node:http resumes reading when an answer is done; a held connection stops again at once.
+    socket.on('resume', () => {
+      if (connection.held) socket.pause();
+    });
     if (open.size >= max) closeOldestSilent(open.keys(), socket);
   });
+
+  // Every request goes through `admit` first; the app's listeners (Fastify's) get it from there.
+  const listeners = server.listeners('request') as RequestListener[];
+  server.removeAllListeners('request');
+  const pass = (request: IncomingMessage, response: ServerResponse) => {
+    for (const listener of listeners) listener.call(server, request, response);
+  };
+  const start = (connection: Connection, request: IncomingMessage, response: ServerResponse) => {
+    connection.current = request;
+    let done = false;
+    const next = () => {
+      if (done) return;
+      done = true;
+      connection.current = undefined;
+      const following = connection.waiting.shift();
+      if (connection.held && connection.waiting.length <= PIPELINE_HOLD / 2) {
+        connection.held = false;
+        request.socket.resume();
+      }
+      if (following) start(connection, ...following);
+    };
+    // 'finish': the whole answer is in the kernel's hands; 'close': it never will be.
+    response.once('finish', next);
+    response.once('close', next);
+    pass(request, response);
+  };
+  server.on('request', function admit(request: IncomingMessage, response: ServerResponse) {
+    const socket = request.socket;
+    // The rest of a read that follows a request that closed its connection.
+    if (socket.destroyed) return;
+    const connection = open.get(socket);
+    if (!connection) return pass(request, response);
+    if (connection.current === undefined) return start(connection, request, response);
+    if (connection.waiting.length >= PIPELINE_LIMIT) return close(socket, 'pipeline_depth');
+    connection.waiting.push([request, response]);
+    if (connection.waiting.length >= PIPELINE_HOLD && !connection.held) {
+      connection.held = true;
+      socket.pause();
+    }
+  });
+
+  if (stallTimeoutMs === undefined) return;
+  const check = () => {
+    const now = performance.now();
+    for (const [socket, connection] of open) {
+      if (connection.ending) {
+        forget(socket);
+        socket.destroy();
+        continue;
+      }
+      const seen = progressOf(socket);
+      if (seen !== connection.seen || !waitsOnClient(socket, connection)) {
+        connection.seen = seen;
+        connection.since = now;
+      } else if (now - connection.since >= stallTimeoutMs) {
+        if (socket.writableLength > 0) {
+          close(socket, 'slow_reader');
+        } else {
+          // A body that stopped arriving: the 408 a request timeout would send, then the
+          // connection is destroyed once it is flushed (or at the next check).
+          connection.ending = true;
+          answerClientError(stalledBody, socket);
+          onClose('no_progress');
+        }
+      }
+    }
+  };
+  let timer: NodeJS.Timeout | undefined;
+  server.on('listening', () => {
+    clearInterval(timer);
+    timer = setInterval(check, Math.min(1000, stallTimeoutMs)).unref();
+  });
+  server.on('close', () => clearInterval(timer));
 }

@@ -111,8 +111,9 @@ export class RateLimits {
     // Counted by address group: an IPv6 client by its /64, which it holds whole (connections.ts).
     const group = addressGroup(address);
     if (refused.add(group) <= limit) return undefined;
+    const from = group.endsWith('/64') ? `${address}, counted with the rest of ${group}` : group;
     return tooManyRequests(
-      `Too many refused API keys came from ${group}; retry after ${window.secondsLeft} seconds, or send a valid key, which is served.`,
+      `Too many refused API keys came from ${from}; retry after ${window.secondsLeft} seconds, or send a valid key, which is served.`,
       window.secondsLeft,
       {
         'ratelimit-policy': this.#refusedPolicy,

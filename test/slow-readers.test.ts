@@ -1,0 +1,153 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { test, type TestContext } from 'node:test';
+import { childEnv, startServer, type Server } from './process.js';
+
+// The service as deployed (dist/main.js serve), so what is measured is its own process and sockets.
+
+const OPENAPI = 'GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n';
+
+/** Resident memory of a process, in MiB (Linux). */
+function rssOf(pid: number): number {
+  const match = /VmRSS:\s+([0-9]+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return Number(match![1]) / 1024;
+}
+
+/** The service, its port, its first API key (printed once on standard error), and a sampler of its peak RSS. */
+async function serve(t: TestContext, env: Record<string, string>) {
+  const server = await startServer(t, childEnv(t, env));
+  const port = Number(new URL(server.url).port);
+  const key = (await server.waitForOutput(/^ {4}(psk_\S+)$/m))[1]!;
+  return { server, port, key, pid: server.child.pid! };
+}
+
+/** Peak RSS of `pid` from now until `stop()`, sampled every 50 ms. */
+function samplePeak(pid: number) {
+  let peak = rssOf(pid);
+  const timer = setInterval(() => (peak = Math.max(peak, rssOf(pid))), 50);
+  return () => {
+    clearInterval(timer);
+    return peak;
+  };
+}
+
+/** `petstore_connections_closed_total` by reason, from /metrics. */
+async function closedByReason(port: number, key: string): Promise<Record<string, number>> {
+  const text = await (
+    await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${key}` } })
+  ).text();
+  const counts: Record<string, number> = {};
+  for (const [, reason, value] of text.matchAll(
+    /^petstore_connections_closed_total\{reason="([a-z_]+)"\} ([0-9]+)$/gm,
+  )) {
+    counts[reason!] = Number(value);
+  }
+  return counts;
+}
+
+/**
+ * A client from `localAddress` that never reads: it pipelines `batch` requests for the OpenAPI
+ * document (47 KB each) every `everyMs`, `total` at most, until the server closes it. Resolves
+ * once its first batch is written; `closed` resolves when the server has closed it.
+ */
+function slowReader(t: TestContext, port: number, localAddress: string, batch: number, everyMs: number, total = 2000) {
+  const socket = connect({ port, host: '127.0.0.1', localAddress });
+  t.after(() => socket.destroy());
+  socket.pause();
+  socket.on('error', () => {});
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  let sent = 0;
+  const timer = setInterval(() => {
+    if (socket.destroyed || sent >= total) return clearInterval(timer);
+    socket.write(OPENAPI.repeat(batch));
+    sent += batch;
+  }, everyMs);
+  socket.once('close', () => clearInterval(timer));
+  const started = new Promise<Socket>((resolve) =>
+    socket.once('connect', () => {
+      socket.write(OPENAPI.repeat(batch), () => resolve(socket));
+      sent += batch;
+    }),
+  );
+  return { started, closed };
+}
+
+/** Milliseconds until GET /healthz on a new connection is answered 200, trying every 100 ms for up to `giveUpMs`. */
+async function servedAfter(server: Server, giveUpMs: number): Promise<number> {
+  const started = performance.now();
+  for (;;) {
+    const status = await fetch(`${server.url}/healthz`, { headers: { connection: 'close' } }).then(
+      (response) => response.status,
+      () => 0,
+    );
+    if (status === 200) return performance.now() - started;
+    assert.ok(performance.now() - started < giveUpMs, `not served within ${giveUpMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+// Eight addresses, two connections each: every slot of PETSTORE_MAX_CONNECTIONS=16.
+const ADDRESSES = [2, 3, 4, 5, 6, 7, 8, 9].map((last) => `127.0.0.${last}`);
+const SLOTS = { PETSTORE_MAX_CONNECTIONS: '16', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '2' };
+
+/** `open` for each slot, one after the other, each once its first batch is written: none is silent when the next comes. */
+async function fillSlots<T extends { started: Promise<Socket> }>(open: (address: string) => T): Promise<T[]> {
+  const clients: T[] = [];
+  for (const address of ADDRESSES) {
+    for (let i = 0; i < 2; i++) {
+      const client = open(address);
+      await client.started;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      clients.push(client);
+    }
+  }
+  return clients;
+}
+
+test('clients that pipeline requests and never read the answers are closed after PETSTORE_STALL_TIMEOUT_MS; a new client is served, and RSS stays bounded', async (t) => {
+  const stallMs = 1500;
+  const { server, port, key, pid } = await serve(t, { ...SLOTS, PETSTORE_STALL_TIMEOUT_MS: String(stallMs) });
+  // The document is built on its first request: before the baseline.
+  assert.equal((await fetch(`${server.url}/v1/openapi.json`)).status, 200);
+  const baseline = rssOf(pid);
+  const peak = samplePeak(pid);
+  // A batch at a time, as a client that keeps under the pipelining limit does, until the
+  // kernel's buffers are full.
+  const readers = await fillSlots((address) => slowReader(t, port, address, 40, 1000, 400));
+  const begun = performance.now();
+  const waited = await servedAfter(server, 20_000);
+  await Promise.all(readers.map(({ closed }) => closed));
+  const allClosed = performance.now() - begun;
+  const grew = peak() - baseline;
+  t.diagnostic(
+    `new client served after ${Math.round(waited)} ms, all 16 slow readers closed after ${Math.round(allClosed)} ms`,
+  );
+  t.diagnostic(`RSS ${baseline.toFixed(1)} MiB before, +${grew.toFixed(1)} MiB at the peak`);
+  // Filling the kernel's buffers (a few MB per connection) takes a moment; then each one is
+  // closed within the stall timeout and the one-second check.
+  assert.ok(allClosed < 15_000, `the slow readers were closed after ${Math.round(allClosed)} ms`);
+  assert.ok(grew < 40, `RSS grew by ${grew.toFixed(1)} MiB`);
+  // Closed for not reading, or for pipelining past the limit when the service fell behind.
+  const closed = await closedByReason(port, key);
+  assert.equal((closed.slow_reader ?? 0) + (closed.pipeline_depth ?? 0), 16, JSON.stringify(closed));
+  t.diagnostic(`closed: ${JSON.stringify(closed)}`);
+  // The service is itself again.
+  assert.ok((await servedAfter(server, 1_000)) < 1_000);
+});
+
+test('a client that pipelines 2,000 requests in one write is closed once 64 wait behind the first; RSS stays bounded', async (t) => {
+  const { server, port, key, pid } = await serve(t, SLOTS);
+  assert.equal((await fetch(`${server.url}/v1/openapi.json`)).status, 200);
+  const baseline = rssOf(pid);
+  const peak = samplePeak(pid);
+  const begun = performance.now();
+  await fillSlots((address) => slowReader(t, port, address, 2000, 1000, 2000));
+  const waited = await servedAfter(server, 5_000);
+  const grew = peak() - baseline;
+  t.diagnostic(`new client served after ${Math.round(waited)} ms; RSS +${grew.toFixed(1)} MiB at the peak`);
+  assert.ok(performance.now() - begun < 5_000);
+  assert.ok(grew < 40, `RSS grew by ${grew.toFixed(1)} MiB`);
+  const closed = await closedByReason(port, key);
+  assert.equal(closed.pipeline_depth, 16, JSON.stringify(closed));
+});

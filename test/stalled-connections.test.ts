@@ -1,0 +1,114 @@
+import assert from 'node:assert/strict';
+import { connect, type AddressInfo } from 'node:net';
+import { test, type TestContext } from 'node:test';
+import { PIPELINE_LIMIT } from '../src/http/connections.js';
+import { startApp, tempSqliteStore } from './helpers.js';
+import { assertRawError, exchange } from './raw.js';
+
+/** The app on a real socket (SQLite: these tests are about connections), with `env` settings. */
+async function listen(t: TestContext, env: Record<string, string> = {}) {
+  const app = await startApp(t, { env, store: (await tempSqliteStore(t)).store });
+  await app.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.app.server.address() as AddressInfo;
+  /** petstore_connections_closed_total{reason} from /metrics; 0 when the series is absent. */
+  const closed = async (reason: string) => {
+    const text = (await app.call({ method: 'GET', url: '/metrics' })).body;
+    const match = new RegExp(`^petstore_connections_closed_total\\{reason="${reason}"\\} ([0-9]+)$`, 'm').exec(text);
+    return match ? Number(match[1]) : 0;
+  };
+  return { ...app, port, closed };
+}
+
+/** A connection the test closes after it; `closed` resolves with what the server sent, and when. */
+function open(t: TestContext, port: number) {
+  const socket = connect({ port, host: '127.0.0.1' });
+  t.after(() => socket.destroy());
+  const chunks: Buffer[] = [];
+  socket.on('data', (chunk) => chunks.push(chunk));
+  socket.on('error', () => {});
+  const closed = new Promise<{ raw: string; at: number }>((resolve) =>
+    socket.once('close', () => resolve({ raw: Buffer.concat(chunks).toString('utf8'), at: performance.now() })),
+  );
+  return { socket, closed };
+}
+
+test('a request body that stops arriving gets 408 after PETSTORE_STALL_TIMEOUT_MS, long before the request timeout, and nothing is stored', async (t) => {
+  const app = await listen(t, { PETSTORE_STALL_TIMEOUT_MS: '500' });
+  assert.equal(app.config.requestTimeoutMs, 30_000);
+  const { socket, closed } = open(t, app.port);
+  const started = performance.now();
+  socket.write(
+    'POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+      `Authorization: Bearer ${app.key}\r\nContent-Length: 40\r\n\r\n{"name":"Rex",`,
+  );
+  const { raw, at } = await closed;
+  assertRawError(raw, 'HTTP/1.1 408 Request Timeout', 'request_timeout', 408);
+  // Closed within the stall timeout and the one-second check.
+  assert.ok(at - started >= 450 && at - started < 2_500, `closed after ${Math.round(at - started)} ms`);
+  assert.deepEqual(await app.store.listPets({ limit: 10 }), []);
+  assert.equal(await app.closed('no_progress'), 1);
+});
+
+test('a body that keeps arriving, slowly, is not cut off by the stall timeout', async (t) => {
+  const app = await listen(t, { PETSTORE_STALL_TIMEOUT_MS: '400' });
+  const body = '{"name":"Rex","categoryId":7}';
+  const { socket, closed } = open(t, app.port);
+  socket.write(
+    'POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n' +
+      `Authorization: Bearer ${app.key}\r\nContent-Length: ${body.length}\r\n\r\n`,
+  );
+  // A byte every 100 ms: 2.9 s in all, several stall timeouts, never one without progress.
+  for (const char of body) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    socket.write(char);
+  }
+  const { raw } = await closed;
+  assert.match(raw, /^HTTP\/1\.1 201 Created\r\n/);
+  assert.equal(await app.closed('no_progress'), 0);
+});
+
+test('a client that reads none of its answers is closed after PETSTORE_STALL_TIMEOUT_MS, while others are served', async (t) => {
+  const app = await listen(t, { PETSTORE_STALL_TIMEOUT_MS: '500' });
+  const { socket, closed } = open(t, app.port);
+  socket.pause();
+  // 47 KB answers, 20 requests every 200 ms: the kernel's buffers fill within a few seconds,
+  // while the service keeps up and fewer than PIPELINE_LIMIT ever wait.
+  const request = 'GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n';
+  let sent = 0;
+  const timer = setInterval(() => {
+    if (socket.destroyed || sent >= 1000) return clearInterval(timer);
+    socket.write(request.repeat(20));
+    sent += 20;
+  }, 200);
+  t.after(() => clearInterval(timer));
+  const started = performance.now();
+  const other = await fetch(`http://127.0.0.1:${app.port}/healthz`);
+  assert.equal(other.status, 200);
+  await closed;
+  t.diagnostic(`closed after ${Math.round(performance.now() - started)} ms, ${sent} requests sent`);
+  assert.ok(sent < 1000, 'closed before its last request');
+  assert.equal(await app.closed('slow_reader'), 1);
+});
+
+test(`pipelined requests are answered in order; a connection with more than ${PIPELINE_LIMIT} waiting is closed`, async (t) => {
+  const app = await listen(t);
+  for (const name of ['A', 'B', 'C']) {
+    const created = await app.call({ method: 'POST', url: '/v1/pets', payload: { name, categoryId: 1 } });
+    assert.equal(created.statusCode, 201);
+  }
+  // Request i asks for a page of (i mod 3) + 1 animals: each answer shows which request it is.
+  const get = (i: number) =>
+    `GET /v1/pets?limit=${(i % 3) + 1} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`;
+  const few = await exchange(app.port, [...Array(PIPELINE_LIMIT).keys()].map(get).join(''));
+  const answers = few.split(/(?=HTTP\/1\.1 )/);
+  assert.equal(answers.length, PIPELINE_LIMIT);
+  answers.forEach((answer, i) => {
+    assert.match(answer, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.equal(answer.split('"id":').length - 1, (i % 3) + 1, `answer ${i}`);
+  });
+
+  const many = await exchange(app.port, [...Array(2000).keys()].map(get).join(''));
+  const answered = many.split(/(?=HTTP\/1\.1 )/).filter((answer) => answer.startsWith('HTTP/1.1 200 OK')).length;
+  assert.ok(answered <= PIPELINE_LIMIT + 1, `${answered} answered`);
+  assert.equal(await app.closed('pipeline_depth'), 1);
+});
