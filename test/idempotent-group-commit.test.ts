@@ -4,6 +4,7 @@ import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import type { IdempotencyClaim, PetRecord, StoredResponse } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';
+import { childEnv, runCli, startServer } from './process.js';
 
 // The SQLite store writes creates with an Idempotency-Key in the same group commit as plain ones:
 // one IMMEDIATE transaction per turn of the event loop, each claim checked and stored in it, each
@@ -100,4 +101,56 @@ test('one key used twice in one turn creates once: the second finds the first cl
   assert.equal(first.kind, 'created');
   assert.equal(second.kind, 'replayed');
   assert.equal(count('pets'), 1);
+});
+
+test('an idempotent create answered 201 survives kill -9, and so does its stored response: the retry replays it', async (t) => {
+  const env = childEnv(t);
+  assert.equal((await runCli(['migrate'], env)).code, 0);
+  const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout) as {
+    key: string;
+  };
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  const post = (url: string, name: string) =>
+    fetch(`${url}/v1/pets`, {
+      method: 'POST',
+      headers: { ...headers, 'idempotency-key': name },
+      body: `{"name":"${name}","categoryId":7}`,
+    });
+
+  const server = await startServer(t, env);
+  const acknowledged = new Map<string, string>();
+  let killed = false;
+  // Killed a random moment after the first 201, whatever is in flight then; 10 s at the latest.
+  let timer = setTimeout(() => ((killed = true), server.child.kill('SIGKILL')), 10_000);
+  const worker = async (w: number) => {
+    for (let i = 0; !killed && i < 10_000; i++) {
+      const name = `w${w}-${i}`;
+      let text: string;
+      try {
+        const response = await post(server.url, name);
+        text = await response.text();
+        assert.equal(response.status, 201, text);
+      } catch (error) {
+        if (killed) return;
+        throw error;
+      }
+      if (acknowledged.size === 0) {
+        clearTimeout(timer);
+        timer = setTimeout(() => ((killed = true), server.child.kill('SIGKILL')), 50 + Math.floor(Math.random() * 300));
+      }
+      acknowledged.set(name, text);
+    }
+  };
+  await Promise.all(Array.from({ length: 8 }, (_, w) => worker(w)));
+  clearTimeout(timer);
+  assert.equal((await server.exited).signal, 'SIGKILL');
+  assert.ok(acknowledged.size > 0, 'no create was acknowledged before the kill');
+
+  const again = await startServer(t, env);
+  for (const [name, text] of acknowledged) {
+    const replay = await post(again.url, name);
+    assert.equal(replay.status, 201);
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true', `${name} was created again`);
+    assert.equal(await replay.text(), text);
+  }
 });
