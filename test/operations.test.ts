@@ -116,6 +116,15 @@ test('every keys command refuses a database that does not exist in one line nami
     );
     assert.ok(!existsSync(join(dir, 'data')), 'no database, nor its folder, was created');
   }
+  const backup = await runCli(['backup', join(dir, 'copy.db')], { ...childEnv(t), PETSTORE_DB: path });
+  assert.equal(backup.code, 1, backup.stderr);
+  assertOneLine(
+    backup.stderr,
+    new RegExp(
+      `^petstore: the SQLite database ${path} \\(PETSTORE_DB\\) does not exist: there is nothing to back up\\.$`,
+    ),
+  );
+  assert.ok(!existsSync(join(dir, 'data')) && !existsSync(join(dir, 'copy.db')), 'nothing was created');
 });
 
 test('keys commands say which database they used; migrate and serve create a missing one', async (t) => {

@@ -124,3 +124,36 @@ test('every command line in the docs that starts the service gives node the flag
   assert.ok(lines.length >= 8, `${lines.length} command lines found`);
   for (const { path, flags } of lines) assert.equal(flags, startFlags, path);
 });
+
+test('docs/operations.md shows the systemd unit and the nginx example exactly as deploy/ holds them', () => {
+  const page = read('docs/operations.md');
+  const blocks = [...page.matchAll(/^```(\w+)\n([\s\S]*?)^```$/gm)].map((match) => [match[1], match[2]]);
+  for (const [language, file] of [
+    ['ini', 'deploy/petstore.service'],
+    ['nginx', 'deploy/nginx.conf'],
+  ] as const) {
+    const shown = blocks.filter(([lang, text]) => lang === language && text === read(file));
+    assert.equal(shown.length, 1, `${file} appears once, as it is, in a ${language} block`);
+    assert.ok(page.includes(`](../${file})`), `the page links to ${file}`);
+  }
+});
+
+test('the docs run the command as npx petstore, which prints only what the command prints', () => {
+  for (const page of pages) {
+    // `npm run petstore -- …` adds npm's own lines to standard output: only with --silent.
+    assert.doesNotMatch(read(page), /^\s*npm run petstore --/m, page);
+  }
+  assert.match(read('README.md'), /^npx petstore keys create /m);
+  assert.match(read('docs/keys.md'), /^npx petstore keys create .*> \/etc\/prometheus\/petstore\.key$/m);
+});
+
+test('CHANGELOG.md keeps a changelog: [Unreleased] on top, then the version package.json names', () => {
+  const { version } = JSON.parse(read('package.json')) as { version: string };
+  const headings = [...read('CHANGELOG.md').matchAll(/^## \[([^\]]+)\](.*)$/gm)].map((match) => match[1]);
+  assert.equal(headings[0], 'Unreleased');
+  assert.equal(headings[1], version, 'the latest release is the version the service reports');
+  for (const release of headings.slice(1)) assert.match(release!, /^[0-9]+\.[0-9]+\.[0-9]+$/);
+  for (const kind of read('CHANGELOG.md').matchAll(/^### (.*)$/gm)) {
+    assert.ok(['Added', 'Changed', 'Deprecated', 'Removed', 'Fixed', 'Security'].includes(kind[1]!), kind[1]);
+  }
+});
