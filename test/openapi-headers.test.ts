@@ -154,6 +154,15 @@ test('a page answered from the page cache carries the same described fields', as
   }
 });
 
+test('a 405, which answers no operation, carries Allow as the document says', async (t) => {
+  const app = await startApp(t);
+  const { info } = (await app.app.inject({ url: '/v1/openapi.json' })).json();
+  assert.match(info.description, /405\s+`method_not_allowed` with an `Allow` header/);
+  const refused = await app.call({ method: 'PUT', url: '/v1/pets' });
+  assert.equal(refused.statusCode, 405);
+  assert.match(String(refused.headers.allow), /^GET, POST/);
+});
+
 test('the longest cursor the service can issue fits the cursor parameter as described', () => {
   const { cursor } = ListPetsQuery.properties;
   for (const status of [undefined, 'available', 'pending', 'sold'] as const) {

@@ -21,9 +21,9 @@ Every error is \`application/json\` with the Error body (\`code\`, \`message\`, 
 ${errorTable}
 
 Integers marked int64 are exact over the whole int64 range, beyond 2^53 too: read them with a
-JSON parser that keeps big integers. \`HEAD\` is answered wherever \`GET\` is; any other method
-on an operation's path gets 405 \`method_not_allowed\` with an \`Allow\` header naming the methods
-it answers.
+JSON parser that keeps big integers. \`HEAD\` is answered wherever \`GET\` is; a method that an
+operation's path does not serve (\`PUT\`, or \`OPTIONS\` while CORS is off) gets 405
+\`method_not_allowed\` with an \`Allow\` header naming those it serves.
 
 Every answer carries \`X-Request-Id\` (the caller's, when it is 1 to 128 visible ASCII characters),
 except those refused by the HTTP parser before any route (malformed HTTP, 408, 431). Once the key
