@@ -7,9 +7,12 @@ import { settings, type Config } from './config.js';
 import { issueFirstKey } from './keys/cli.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
+import { startTracing, stopTracing } from './tracing.js';
 import { version } from './version.js';
 
 const DRAIN_MS = 10_000;
+// Within the drain's bound: a collector that does not answer loses the last spans, not the exit.
+const FLUSH_MS = 3_000;
 
 /** One line on standard error per migration, as soon as it is applied: long ones show progress. */
 export function reportMigration(name: string, ms: number): void {
@@ -140,6 +143,8 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   let store: Store;
   let app: FastifyInstance;
   try {
+    // Before the store: the PostgreSQL client is instrumented as it is loaded.
+    await startTracing();
     ({ store } = await openMigratedStore(config));
     app = await buildApp({ config, store });
   } finally {
@@ -171,6 +176,7 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
     timer.unref();
     await app.close();
     await store.close();
+    await stopTracing(FLUSH_MS);
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));

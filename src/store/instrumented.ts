@@ -1,3 +1,4 @@
+import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from '@opentelemetry/api';
 import {
   StoreUnavailableError,
   type IdempotencyClaim,
@@ -12,6 +13,8 @@ import {
 
 /** Hears of every Store call once it settles: its method, whether it failed, and how long it took. */
 export type ObserveCall = (method: string, failed: boolean, seconds: number) => void;
+
+const tracer = trace.getTracer('petstore.store');
 
 /** `error`, or an error it was caused by, that `matches` accepts. */
 function causedBy(error: unknown, matches: (error: unknown) => boolean): boolean {
@@ -33,11 +36,14 @@ function causedBy(error: unknown, matches: (error: unknown) => boolean): boolean
 export class InstrumentedStore implements Store {
   readonly #inner: Store;
   readonly #observe: ObserveCall;
+  readonly #spanAttributes: Attributes;
   #diskFailure: StoreUnavailableError | undefined;
 
-  constructor(inner: Store, observe: ObserveCall) {
+  /** `system` names the database in each call's span: `sqlite` or `postgresql` (OpenTelemetry's db.system.name). */
+  constructor(inner: Store, observe: ObserveCall, system = 'sqlite') {
     this.#inner = inner;
     this.#observe = observe;
+    this.#spanAttributes = { 'db.system.name': system, 'db.system': system };
   }
 
   get memory() {
@@ -52,20 +58,38 @@ export class InstrumentedStore implements Store {
     return this.#inner.isDiskError(error);
   }
 
-  /** `call`'s outcome, timed, with a disk error made StoreUnavailableError; a write that succeeds ends a disk failure. */
+  /**
+   * `call`'s outcome, timed, with a disk error made StoreUnavailableError; a write that succeeds
+   * ends a disk failure. A call made inside a traced request is a child span of it, `store.<method>`
+   * (CONTRACT.md "Operations", Tracing); outside one (tracing off, or background work such as
+   * rate-count batches) there is no span, and no more work than the lookup of the active one.
+   */
   #watch<T>(method: string, write: boolean, call: Promise<T>): Promise<T> {
     const started = performance.now();
+    const span = trace.getActiveSpan() && this.#startSpan(method);
     return call.then(
       (result) => {
         this.#observe(method, false, (performance.now() - started) / 1000);
+        span?.end();
         if (write) this.#diskFailure = undefined;
         return result;
       },
       (error: unknown) => {
         this.#observe(method, true, (performance.now() - started) / 1000);
-        throw this.#failed(error);
+        const failure = this.#failed(error);
+        if (span) {
+          // The error's class only: a message may quote what the caller sent.
+          span.setStatus({ code: SpanStatusCode.ERROR });
+          span.setAttribute('error.type', (failure as Error)?.constructor?.name ?? 'Error');
+          span.end();
+        }
+        throw failure;
       },
     );
+  }
+
+  #startSpan(method: string): Span {
+    return tracer.startSpan(`store.${method}`, { kind: SpanKind.CLIENT, attributes: this.#spanAttributes });
   }
 
   #failed(error: unknown): unknown {

@@ -1,0 +1,40 @@
+import type { Span } from '@opentelemetry/api';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { tracingOn } from '../tracing.js';
+
+/**
+ * Names a request's server span by its route (`GET /v1/pets/:petId`; the method alone when no
+ * route matched) and keeps its path without the query, which may carry anything. Its ids go on
+ * every line the request logs, the request's log line among them (CONTRACT.md "Operations").
+ */
+function describeRequest(span: Span, request: FastifyRequest): void {
+  const route = request.routeOptions.url;
+  span.updateName(route === undefined ? request.method : `${request.method} ${route}`);
+  span.setAttribute('url.path', request.url.split('?', 1)[0]!);
+  const { traceId, spanId } = span.spanContext();
+  request.log = request.log.child({ trace_id: traceId, span_id: spanId });
+}
+
+/**
+ * Each request one server span, through Fastify's own instrumentation (@fastify/otel): it
+ * continues the caller's W3C `traceparent`, and the route handler runs in a child span, under
+ * which the Store's calls and PostgreSQL's queries are spans of their own. Its attributes are
+ * the method, route, path and status: no header, key, query or body. Registered first, so that
+ * every other plugin's hooks run inside the request's span. When tracing is off (src/tracing.ts)
+ * it adds nothing: no hook, no decoration.
+ */
+export const tracing = fp(
+  async (app: FastifyInstance) => {
+    if (!tracingOn()) return;
+    const { FastifyOtelInstrumentation } = await import('@fastify/otel');
+    const instrumentation = new FastifyOtelInstrumentation({
+      // Lifecycle hooks are the service's own plumbing (limits, keys, the log line): a span each
+      // would outnumber the work worth seeing.
+      instrumentHooks: false,
+      requestHook: describeRequest,
+    });
+    await app.register(instrumentation.plugin());
+  },
+  { name: 'petstore-tracing' },
+);

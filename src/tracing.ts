@@ -1,0 +1,111 @@
+import { context, diag, DiagConsoleLogger, propagation, trace } from '@opentelemetry/api';
+import type { TracerProvider } from '@opentelemetry/sdk-trace';
+import { version } from './version.js';
+
+// CONTRACT.md "Operations", Tracing: the standard OTEL_* variables, read by the SDK itself where
+// it reads them (the OTLP exporter's endpoint, headers, timeout and compression; the resource's
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES) and here for the rest (docs/configuration.md).
+
+/** Whether `env` turns tracing on: an OTLP endpoint set, and neither OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none. */
+export function tracingWanted(env: NodeJS.ProcessEnv = process.env): boolean {
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false;
+  if (env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none') return false;
+  return Boolean(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim());
+}
+
+/** A positive integer setting, or `fallback` when it is unset or not one. */
+function positive(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const value = Number(env[name]);
+  return Number.isInteger(value) && value > 0 ? value : fallback;
+}
+
+let provider: TracerProvider | undefined;
+
+/** Whether startTracing turned tracing on in this process. */
+export function tracingOn(): boolean {
+  return provider !== undefined;
+}
+
+/**
+ * Starts the OpenTelemetry SDK when `env` asks for it (tracingWanted), before the store is
+ * opened: the PostgreSQL client's instrumentation must be in place before `pg` is loaded.
+ * Spans leave through a batch processor with a bounded queue, so an exporter that is slow or
+ * whose collector is down never holds a request: past the queue's size, spans are dropped.
+ * When tracing is off nothing is loaded and no provider is registered: the OpenTelemetry API
+ * then hands out no-op tracers, and the request path has no tracing hook.
+ */
+export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promise<boolean> {
+  if (provider || !tracingWanted(env)) return tracingOn();
+  const [sdk, core, { AsyncLocalStorageContextManager }, { OTLPTraceExporter }, resources, instrumentation, pg] =
+    await Promise.all([
+      import('@opentelemetry/sdk-trace'),
+      import('@opentelemetry/core'),
+      import('@opentelemetry/context-async-hooks'),
+      import('@opentelemetry/exporter-trace-otlp-http'),
+      import('@opentelemetry/resources'),
+      import('@opentelemetry/instrumentation'),
+      import('@opentelemetry/instrumentation-pg'),
+    ]);
+  const level = core.diagLogLevelFromString(env.OTEL_LOG_LEVEL);
+  if (env.OTEL_LOG_LEVEL && level !== undefined) diag.setLogger(new DiagConsoleLogger(), level);
+
+  const resource = resources
+    .defaultResource()
+    .merge(resources.resourceFromAttributes({ 'service.name': 'petstore', 'service.version': version }))
+    .merge(resources.detectResources({ detectors: [resources.envDetector] }));
+  provider = new sdk.TracerProvider({
+    resource,
+    sampler: samplerOf(sdk, env),
+    spanProcessors: [
+      new sdk.BatchSpanProcessor({
+        exporter: new OTLPTraceExporter(),
+        scheduledDelayMillis: positive(env, 'OTEL_BSP_SCHEDULE_DELAY', 5000),
+        exportTimeoutMillis: positive(env, 'OTEL_BSP_EXPORT_TIMEOUT', 30_000),
+        maxQueueSize: positive(env, 'OTEL_BSP_MAX_QUEUE_SIZE', 2048),
+        maxExportBatchSize: positive(env, 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 512),
+      }),
+    ],
+  });
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  // W3C Trace Context: an incoming traceparent continues the caller's trace (CONTRACT.md).
+  propagation.setGlobalPropagator(
+    new core.CompositePropagator({
+      propagators: [new core.W3CTraceContextPropagator(), new core.W3CBaggagePropagator()],
+    }),
+  );
+  trace.setGlobalTracerProvider(provider);
+  // Query text only: parameter values (key hashes, pet fields) are never attributes.
+  instrumentation.registerInstrumentations({
+    instrumentations: [new pg.PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false })],
+  });
+  return true;
+}
+
+type Sdk = typeof import('@opentelemetry/sdk-trace');
+
+/** OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG; parentbased_always_on by default. */
+function samplerOf(sdk: Sdk, env: NodeJS.ProcessEnv) {
+  const ratio = Number(env.OTEL_TRACES_SAMPLER_ARG ?? '1');
+  const share = new sdk.TraceIdRatioBasedSampler(Number.isFinite(ratio) && ratio >= 0 && ratio <= 1 ? ratio : 1);
+  const roots = { always_on: new sdk.AlwaysOnSampler(), always_off: new sdk.AlwaysOffSampler(), traceidratio: share };
+  const name = env.OTEL_TRACES_SAMPLER?.trim().toLowerCase() || 'parentbased_always_on';
+  const own = name.startsWith('parentbased_') ? name.slice('parentbased_'.length) : name;
+  const root = roots[own as keyof typeof roots] ?? roots.always_on;
+  return name.startsWith('parentbased_') ? new sdk.ParentBasedSampler({ root }) : root;
+}
+
+/**
+ * Exports the spans still queued and stops the SDK, within `timeoutMs` (CONTRACT.md: spans are
+ * flushed on shutdown; a collector that is down does not hold the exit past that). Never rejects.
+ */
+export async function stopTracing(timeoutMs: number): Promise<void> {
+  const stopping = provider;
+  provider = undefined;
+  if (!stopping) return;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, timeoutMs);
+  });
+  await Promise.race([stopping.shutdown().catch(() => {}), late]);
+  clearTimeout(timer);
+}
