@@ -24,6 +24,7 @@ const isBusy = (error: unknown) => codeOf(error).startsWith('SQLITE_BUSY') || co
 
 /** A new, empty file beside `target`, created readable by its owner alone (0600), never an existing one. */
 function createBeside(target: string, purpose: string): string {
+  if (!existsSync(dirname(target))) throw new OperationRefused(`the folder ${dirname(target)} does not exist.`);
   const path = join(dirname(target), `.${basename(target)}.${purpose}-${randomBytes(6).toString('hex')}.tmp`);
   closeSync(openSync(path, 'wx', 0o600));
   return path;
