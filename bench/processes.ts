@@ -213,6 +213,9 @@ export const startMinimal = (path: string, cpu: number | undefined) =>
 export const startBare = (bodyFile: string, cpu: number | undefined) =>
   startScript('bare node:http', 'bare.mjs', { BODY_FILE: bodyFile }, '/', cpu);
 
+/** bench/otlp-sink.mjs: an OTLP/HTTP collector that discards what it is sent, for the tracing row. */
+export const startOtlpSink = (cpu: number | undefined) => startScript('OTLP sink', 'otlp-sink.mjs', {}, '/', cpu);
+
 /** Runs `petstore <args>` to completion and returns its standard output. */
 export function runPetstore(args: string[], env: Record<string, string>): string {
   const result = spawnSync('node', [MAIN, ...args], {

@@ -14,6 +14,7 @@ import {
   START_COMMAND,
   startBare,
   startMinimal,
+  startOtlpSink,
   startService,
   type Running,
 } from './processes.js';
@@ -57,8 +58,8 @@ const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
  * The extra rows: the shipped service on the same store with its environment changed as `env`
  * says, sampled right after the shipped row (in this order) on the read workloads, and reported
  * apart under `setting`, judged against no target but the limit's cost (`limit-off`). Another
- * row is one more entry here, e.g. a tracing row:
- * `{ variant: 'tracing', setting: 'traces sent to an OTLP collector (…)', env: { … }, stores: ['SQLite'] }`.
+ * row is one more entry here. `collector`: OTEL_EXPORTER_OTLP_ENDPOINT names a local OTLP
+ * collector that discards what it is sent (bench/otlp-sink.mjs), started for the first such row.
  */
 const EXTRAS: {
   variant: string;
@@ -67,6 +68,7 @@ const EXTRAS: {
   stores: Target['store'][];
   /** The workloads it runs; the first page, a random page and getPet when not given. */
   workloads?: WorkloadName[];
+  collector?: boolean;
 }[] = [
   {
     variant: 'limit-off',
@@ -78,6 +80,13 @@ const EXTRAS: {
     variant: 'log-warn',
     setting: 'request log off (`LOG_LEVEL=warn`: no line per request)',
     env: { LOG_LEVEL: 'warn' },
+    stores: ['SQLite'],
+  },
+  {
+    variant: 'tracing',
+    setting: 'tracing on (`OTEL_EXPORTER_OTLP_ENDPOINT`: every request traced, spans sent to a local collector)',
+    env: {},
+    collector: true,
     stores: ['SQLite'],
   },
 ];
@@ -119,11 +128,25 @@ const describeSample = (bare: Sample, sample: Sample & { peakRss?: number; cpuMi
   `p99 ${sample.p99Ms} ms, ${sample.cpuMicros?.toFixed(0) ?? 'n/a'} µs CPU per answer, ` +
   `peak RSS ${sample.peakRss === undefined ? 'n/a' : (sample.peakRss / 1048576).toFixed(0)} MB`;
 
+let sink: Running | undefined;
+
+/** The collector of the rows that send traces, started once; stopped after them. */
+async function otlpSink(): Promise<Running> {
+  if (!sink) {
+    sink = await startOtlpSink(undefined);
+    cleanups.push(sink.stop);
+  }
+  return sink;
+}
+
 /** Every extra row (EXTRAS) of `store`, on the 10,000-pet store `seeded` of the shipped row `base`. */
 async function addExtras(base: string, store: 'SQLite' | 'PostgreSQL', seeded: Seeded) {
-  for (const { variant, setting, env, workloads } of EXTRAS.filter((extra) => extra.stores.includes(store))) {
+  for (const { variant, setting, env, workloads, collector } of EXTRAS.filter((extra) =>
+    extra.stores.includes(store),
+  )) {
     const id = `${base}-${variant}`;
-    const extra = await startService(id, { ...seeded.env, ...env }, SERVER_CPU, logFile(id));
+    const traced: Record<string, string> = collector ? { OTEL_EXPORTER_OTLP_ENDPOINT: (await otlpSink()).url } : {};
+    const extra = await startService(id, { ...seeded.env, ...env, ...traced }, SERVER_CPU, logFile(id));
     // Stopped before anything else is cleaned up: a PostgreSQL schema is dropped only after.
     cleanups.unshift(extra.stop);
     extras.push({

@@ -1,4 +1,5 @@
-import { context, diag, DiagConsoleLogger, propagation, trace } from '@opentelemetry/api';
+import { format } from 'node:util';
+import { context, diag, propagation, trace, type DiagLogFunction } from '@opentelemetry/api';
 import type { TracerProvider } from '@opentelemetry/sdk-trace';
 import { version } from './version.js';
 
@@ -47,7 +48,12 @@ export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promis
       import('@opentelemetry/instrumentation-pg'),
     ]);
   const level = core.diagLogLevelFromString(env.OTEL_LOG_LEVEL);
-  if (env.OTEL_LOG_LEVEL && level !== undefined) diag.setLogger(new DiagConsoleLogger(), level);
+  if (env.OTEL_LOG_LEVEL && level !== undefined) {
+    // Standard error: standard output holds the request log's JSON lines.
+    const write: DiagLogFunction = (message, ...args) =>
+      void process.stderr.write(`opentelemetry: ${format(message, ...args)}\n`);
+    diag.setLogger({ error: write, warn: write, info: write, debug: write, verbose: write }, level);
+  }
 
   const resource = resources
     .defaultResource()
