@@ -1,6 +1,6 @@
 import { format } from 'node:util';
 import { context, diag, propagation, trace, type DiagLogFunction } from '@opentelemetry/api';
-import type { TracerProvider } from '@opentelemetry/sdk-trace';
+import type { SpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { version } from './version.js';
 
 // CONTRACT.md "Operations", Tracing: the standard OTEL_* variables, read by the SDK itself where
@@ -21,6 +21,20 @@ function positive(env: NodeJS.ProcessEnv, name: string, fallback: number): numbe
 }
 
 let provider: TracerProvider | undefined;
+
+/**
+ * Keeps a failed span's status code and drops its description: it is an error's message, which
+ * may quote what the caller sent (CONTRACT.md: no span carries a key or a body).
+ */
+const withoutErrorText: SpanProcessor = {
+  onStart: () => {},
+  onEnding: (span) => {
+    if (span.status.message !== undefined) span.setStatus({ code: span.status.code });
+  },
+  onEnd: () => {},
+  forceFlush: async () => {},
+  shutdown: async () => {},
+};
 
 /** Whether startTracing turned tracing on in this process. */
 export function tracingOn(): boolean {
@@ -63,6 +77,7 @@ export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promis
     resource,
     sampler: samplerOf(sdk, env),
     spanProcessors: [
+      withoutErrorText,
       new sdk.BatchSpanProcessor({
         exporter: new OTLPTraceExporter(),
         scheduledDelayMillis: positive(env, 'OTEL_BSP_SCHEDULE_DELAY', 5000),

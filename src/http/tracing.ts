@@ -2,6 +2,7 @@ import type { Span } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { tracingOn } from '../tracing.js';
+import { operationOf } from './operation.js';
 
 /**
  * Names a request's server span by its route (`GET /v1/pets/:petId`; the method alone when no
@@ -14,6 +15,11 @@ function describeRequest(span: Span, request: FastifyRequest): void {
   span.setAttribute('url.path', request.url.split('?', 1)[0]!);
   const { traceId, spanId } = span.spanContext();
   request.log = request.log.child({ trace_id: traceId, span_id: spanId });
+}
+
+/** Names the route handler's span by its operation (`handler getPet`), not by the plugins around it. */
+function describeStage(span: Span, { hookName, request }: { hookName: string; request: FastifyRequest }): void {
+  if (hookName === 'handler') span.updateName(`handler ${operationOf(request)}`);
 }
 
 /**
@@ -33,6 +39,10 @@ export const tracing = fp(
       // would outnumber the work worth seeing.
       instrumentHooks: false,
       requestHook: describeRequest,
+      lifecycleHook: describeStage,
+      // An error's message and stack may quote what the caller sent (a field or query parameter
+      // name): the span's status says that it failed, src/tracing.ts drops the text.
+      recordExceptions: false,
     });
     await app.register(instrumentation.plugin());
   },
