@@ -110,7 +110,7 @@ function announceFirstKey(key: string, app: FastifyInstance, config: Config) {
       '',
       // The key once, on its own line: a second copy is a second place to leak it from.
       `Try it:  curl -H "Authorization: Bearer <the key above>" ${url}`,
-      `More keys, in ${INSTALLED} as this service's user:`,
+      `More keys, in ${INSTALLED}:`,
       `    ${moreKeys(config)}`,
       '',
       '',
