@@ -90,6 +90,31 @@ test('a client that reads none of its answers is closed after PETSTORE_STALL_TIM
   assert.equal(await app.closed('slow_reader'), 1);
 });
 
+test('a client that half-closes after its requests and reads none of the answers is closed after PETSTORE_STALL_TIMEOUT_MS', async (t) => {
+  const app = await listen(t, { PETSTORE_STALL_TIMEOUT_MS: '500' });
+  // Its side half-closed (FIN sent), the connection would sit in CLOSE-WAIT while its answers wait.
+  const socket = connect({ port: app.port, host: '127.0.0.1', allowHalfOpen: true });
+  t.after(() => socket.destroy());
+  socket.pause();
+  socket.on('error', () => {});
+  const request = 'GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n';
+  // Enough answers (47 KB each) to fill the kernel's buffers, fewer than PIPELINE_HOLD at a time.
+  for (let i = 0; i < 15; i++) {
+    socket.write(request.repeat(10));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  socket.end();
+  // A client that reads nothing would not see its connection go: the service's own count says.
+  const started = performance.now();
+  while ((await app.closed('slow_reader')) === 0) {
+    assert.ok(performance.now() - started < 5_000, 'still open 5 s after its half-close');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  const open = await new Promise<number>((resolve) => app.app.server.getConnections((_, n) => resolve(n)));
+  assert.equal(open, 0);
+  assert.equal(await app.closed('slow_reader'), 1);
+});
+
 test(`pipelined requests are answered in order; a connection with more than ${PIPELINE_LIMIT} waiting is closed`, async (t) => {
   const app = await listen(t);
   for (const name of ['A', 'B', 'C']) {

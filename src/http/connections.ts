@@ -102,8 +102,8 @@ type RequestListener = (request: IncomingMessage, response: ServerResponse) => v
 interface Connection {
   group: string;
   mine: Set<Socket> | undefined;
-  /** The request being answered, and those received behind it, oldest first. */
-  current: IncomingMessage | undefined;
+  /** The request being answered and its answer, and those received behind it, oldest first. */
+  current: [IncomingMessage, ServerResponse] | undefined;
   waiting: [IncomingMessage, ServerResponse][];
   /** True while its reading is stopped for too many waiting requests. */
   held: boolean;
@@ -119,7 +119,7 @@ const progressOf = (socket: Socket) => socket.bytesRead + (socket.bytesWritten ?
 
 /** True while the connection can go on only if its client does something: read its answers, or send the rest of a body. */
 const waitsOnClient = (socket: Socket, connection: Connection) =>
-  socket.writableLength > 0 || (connection.current !== undefined && !connection.current.complete);
+  socket.writableLength > 0 || (connection.current !== undefined && !connection.current[0].complete);
 
 const stalledBody = Object.assign(new Error('Request body stalled'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' });
 
@@ -218,7 +218,7 @@ export function capConnections(
     for (const listener of listeners) listener.call(server, request, response);
   };
   const start = (connection: Connection, request: IncomingMessage, response: ServerResponse) => {
-    connection.current = request;
+    connection.current = [request, response];
     let done = false;
     const next = () => {
       if (done) return;
@@ -267,6 +267,8 @@ export function capConnections(
       } else if (now - connection.since >= stallTimeoutMs) {
         if (socket.writableLength > 0) {
           close(socket, 'slow_reader');
+        } else if (connection.current?.[1].headersSent) {
+          close(socket, 'no_progress');
         } else {
           // A body that stopped arriving: the 408 a request timeout would send, then the
           // connection is destroyed once it is flushed (or at the next check).
