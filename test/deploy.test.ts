@@ -1,9 +1,13 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { get as httpsGet } from 'node:https';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { childEnv, startServer } from './process.js';
 
 const ROOT = new URL('..', import.meta.url).pathname.replace(/\/$/, '');
 const UNIT = readFileSync(join(ROOT, 'deploy/petstore.service'), 'utf8');
@@ -147,3 +151,82 @@ test('nginx -t accepts the example, with a self-signed certificate', { skip: mis
   assert.match(run.stderr, /test is successful/);
   assert.doesNotMatch(run.stderr, /\[(warn|emerg)\]/);
 });
+
+/** A TCP port nothing listens on at the moment. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** GET over https with the test's certificate authority, as a client of api.example.com. */
+function getTls(port: number, path: string, ca: string) {
+  return new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const request = httpsGet(
+      { host: '127.0.0.1', port, path, servername: 'api.example.com', ca, headers: { host: 'api.example.com' } },
+      (response) => {
+        let body = '';
+        response.on('data', (chunk) => (body += chunk));
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+      },
+    );
+    request.on('error', reject);
+    request.setTimeout(30_000, () => request.destroy(new Error('no answer in 30 s')));
+  });
+}
+
+test(
+  'nginx with the example in front of the service answers over TLS and redirects plain HTTP',
+  { skip: missing('nginx', ['-v']) || missing('openssl', ['version']), timeout: 120_000 },
+  async (t) => {
+    const dir = tempDir(t);
+    const made = spawnSync(
+      'openssl',
+      [
+        ...['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1'],
+        ...['-keyout', join(dir, 'privkey.pem'), '-out', join(dir, 'fullchain.pem'), '-subj', '/CN=api.example.com'],
+        ...['-addext', 'subjectAltName=DNS:api.example.com'],
+      ],
+      { encoding: 'utf8' },
+    );
+    assert.equal(made.status, 0, made.stderr);
+    const server = await startServer(t, childEnv(t, { PETSTORE_TRUST_PROXY: '127.0.0.1' }), 60_000);
+    const servicePort = new URL(server.url).port;
+    const [tls, plain] = [await freePort(), await freePort()];
+    // The example as it ships, on loopback ports a test may take, in front of this service.
+    const site = NGINX.replaceAll('/etc/ssl/petstore/', `${dir}/`)
+      .replace('listen 443 ssl http2;', `listen 127.0.0.1:${tls} ssl http2;`)
+      .replace('listen [::]:443 ssl http2;', '')
+      .replace('listen 80;', `listen 127.0.0.1:${plain};`)
+      .replace('listen [::]:80;', '')
+      .replace('server 127.0.0.1:8080;', `server 127.0.0.1:${servicePort};`);
+    writeFileSync(join(dir, 'petstore.conf'), site);
+    writeFileSync(
+      join(dir, 'nginx.conf'),
+      `daemon off;\npid ${dir}/nginx.pid;\nerror_log stderr;\nevents {}\n` +
+        `http {\n    access_log off;\n    include ${dir}/petstore.conf;\n}\n`,
+    );
+    const nginx = spawn('nginx', ['-e', 'stderr', '-p', dir, '-c', join(dir, 'nginx.conf')]);
+    let nginxErrors = '';
+    nginx.stderr.on('data', (chunk) => (nginxErrors += chunk));
+    t.after(() => {
+      if (nginx.exitCode === null) nginx.kill('SIGQUIT');
+    });
+    const ca = readFileSync(join(dir, 'fullchain.pem'), 'utf8');
+    let health: { status: number; body: string } | undefined;
+    for (let i = 0; i < 50 && !health; i++) {
+      health = await getTls(tls, '/healthz', ca).catch(() => undefined);
+      if (!health) await sleep(100);
+    }
+    assert.ok(health, `nginx never answered: ${nginxErrors}`);
+    assert.deepEqual(health, { status: 200, body: '{"status":"ok"}' });
+    const document = await getTls(tls, '/v1/openapi.json', ca);
+    assert.equal(document.status, 200);
+    // Port 80 sends every request to the same address on 443 (fetch names the host it was given).
+    const redirect = await fetch(`http://127.0.0.1:${plain}/v1/pets?limit=1`, { redirect: 'manual' });
+    assert.equal(redirect.status, 301);
+    assert.equal(redirect.headers.get('location'), 'https://127.0.0.1/v1/pets?limit=1');
+  },
+);
