@@ -217,10 +217,11 @@ export function openSqliteStore(
   };
   // CONTRACT.md, Limits: a call that cannot get a lock another process holds gets
   // StoreUnavailableError (503) PETSTORE_DB_TIMEOUT_MS after it was first refused, and never
-  // blocks the thread for more than one BUSY_WAIT_MS per try meanwhile. Every call that touches
-  // the file goes through this once, or through the group commit, which retries the same way:
-  // one deadline per call, never a retry around a retry. Each `work` takes what it needs anew
-  // (forReading, forWriting) on every try, since a try may come in a later turn.
+  // blocks the thread for more than one BUSY_WAIT_MS per try meanwhile. Every Store method that
+  // reads or writes the file goes through this once, or through the group commit, which retries
+  // the same way: one deadline per call, never a retry around a retry. (The key-use batches and
+  // probeWrite try once: the next batch or ping tries again.) Each `work` takes what it needs
+  // anew (forReading, forWriting) on every try, since a try may come in a later turn.
   const busyRetry: RetryOptions = {
     when: isBusy,
     timeoutMs: busyTimeoutMs,
