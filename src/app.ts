@@ -12,6 +12,7 @@ import { registerHealth } from './http/health.js';
 import { parseJsonBody } from './http/json.js';
 import { secureReply } from './http/limits.js';
 import { refuseOtherMethods } from './http/methods.js';
+import { clientAddress, RateLimits } from './http/rate-limit.js';
 import { createMetrics, registerMetrics } from './http/metrics.js';
 import { observability } from './http/observability.js';
 import { parseQuery } from './http/query.js';
@@ -57,6 +58,9 @@ export async function buildApp({
     metrics.observeStoreCall,
     config.databaseUrl ? 'postgresql' : 'sqlite',
   );
+  // The per-key and refused-key limits: the auth plugin counts them; answers given before any
+  // key is read carry the client address's "refused-keys" fields, uncounted (CONTRACT.md Limits).
+  const limits = new RateLimits(store, clock, config, hitFlushMs);
   const app = Fastify({
     ...loggingOptions(config, logger, logStream),
     bodyLimit: BODY_LIMIT,
@@ -72,7 +76,8 @@ export async function buildApp({
     // Idle keep-alive connections hold a slot: 5 s by default, like Node's own (docs/hardening.md).
     keepAliveTimeout: config.keepAliveTimeoutMs,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
-    clientErrorHandler: answerClientError,
+    clientErrorHandler: (error, socket) =>
+      answerClientError(error, socket, socket.remoteAddress ? limits.peekRefused(socket.remoteAddress) : undefined),
     // Requests the router refuses (a malformed percent-encoding) meet no hook: they get the
     // Error body, the security fields, the request id, the count and the log line here.
     frameworkErrors: (error, request, reply) => {
@@ -100,7 +105,11 @@ export async function buildApp({
 
   await app.register(tracing);
   await app.register(observability, { metrics });
-  await app.register(hardening, { config, metrics });
+  await app.register(hardening, {
+    config,
+    metrics,
+    earlyFields: (request) => limits.peekRefused(clientAddress(request)),
+  });
   if (config.corsOrigins.length > 0) {
     await app.register(cors, {
       origin: config.corsOrigins.includes('*') ? '*' : config.corsOrigins,
@@ -120,7 +129,7 @@ export async function buildApp({
       strictPreflight: false,
     });
   }
-  await app.register(auth, { store, clock, config, hitFlushMs });
+  await app.register(auth, { store, clock, limits });
 
   await registerDocs(app, config);
   registerHealth(app, store);

@@ -232,9 +232,12 @@ export function errorResponse(description: string, headers?: HeaderDocs) {
   return { description, headers: { ...answerHeaders, ...headers }, $ref: 'Error#' };
 }
 
-/** A response whose body is the Error schema, as Node's HTTP parser answers before any route runs. */
+/**
+ * A response whose body is the Error schema, as Node's HTTP parser answers before any route
+ * runs, with the refused-key fields of the peer's address.
+ */
 function parserRefusal(description: string) {
-  return { description, headers: parserAnswerHeaders, $ref: 'Error#' };
+  return { description, headers: { ...parserAnswerHeaders, ...refusedKeyHeaders }, $ref: 'Error#' };
 }
 
 const CHALLENGE = 'Bearer realm="petstore"';
@@ -256,14 +259,18 @@ const authHeader: HeaderDocs = {
  */
 export function forbiddenResponse(scope: string) {
   const challenge = `${CHALLENGE}, error="insufficient_scope", scope="${scope}"`;
-  return errorResponse(`forbidden: the API key is valid but does not hold the scope ${scope}.`, {
-    'WWW-Authenticate': {
-      type: 'string',
-      maxLength: challenge.length,
-      enum: [challenge],
-      description: `${challenge} (RFC 6750 section 3.1).`,
+  return errorResponse(
+    `forbidden: the API key is valid but does not hold the scope ${scope}. The request counts against the key's rate limit, which is judged first: past it, the answer is 429.`,
+    {
+      'WWW-Authenticate': {
+        type: 'string',
+        maxLength: challenge.length,
+        enum: [challenge],
+        description: `${challenge} (RFC 6750 section 3.1).`,
+      },
+      ...rateLimitHeaders,
     },
-  });
+  );
 }
 
 // The IETF httpapi RateLimit fields (rate-limit.ts): a policy name, a quota of at most
@@ -279,8 +286,8 @@ const retryAfter = (description: string): HeaderDoc => ({
 });
 
 /**
- * The RateLimit fields of every answer to a request whose key was counted: after the key
- * and its scope were checked, whatever the answer. Absent when rate limits are off.
+ * The RateLimit fields of every answer to a request whose key was counted: once the key was
+ * found valid, whatever the answer (a 403 included). Absent when rate limits are off.
  */
 export const rateLimitHeaders: HeaderDocs = {
   'RateLimit-Policy': {
@@ -288,7 +295,7 @@ export const rateLimitHeaders: HeaderDocs = {
     maxLength: 64,
     pattern: POLICY,
     description:
-      'The API key\'s quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off.',
+      'The API key\'s quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off.',
   },
   RateLimit: {
     type: 'string',
@@ -298,12 +305,59 @@ export const rateLimitHeaders: HeaderDocs = {
   },
 };
 
+/**
+ * The RateLimit fields of the refused-key limit of the client's address (CONTRACT.md Limits),
+ * on answers given before any valid key was read: a 401, and refusals made before the key is
+ * looked at (400 for malformed HTTP, 408, 414, 431). Nothing but a refused key is counted.
+ * Absent when that limit is off (PETSTORE_AUTH_FAILURE_LIMIT=off).
+ */
+export const refusedKeyHeaders: HeaderDocs = {
+  'RateLimit-Policy': {
+    type: 'string',
+    maxLength: 64,
+    pattern: '^"refused-keys";q=[1-9][0-9]*;w=[1-9][0-9]*$',
+    description:
+      'The client address\'s quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off.',
+  },
+  RateLimit: {
+    type: 'string',
+    maxLength: 64,
+    pattern: '^"refused-keys";r=(0|[1-9][0-9]*);t=[1-9][0-9]*$',
+    description:
+      'What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429.',
+  },
+};
+
+/**
+ * The RateLimit fields of a 400 that may come before the key is read (malformed HTTP or
+ * framing: the address's refused-key fields) or after it was counted (the key's own).
+ */
+export const eitherPolicyHeaders: HeaderDocs = {
+  'RateLimit-Policy': {
+    type: 'string',
+    maxLength: 64,
+    pattern: POLICY,
+    description:
+      'The API key\'s quota `"default";q=<requests>;w=<seconds>` once the key was counted; for a request refused before its key was read (malformed HTTP or framing), the client address\'s `"refused-keys";q=<refused keys>;w=<seconds>` while that limit is on.',
+  },
+  RateLimit: {
+    type: 'string',
+    maxLength: 64,
+    pattern: REMAINING,
+    description: 'What is left of that policy: `"<policy>";r=<left>;t=<seconds until the window ends>`.',
+  },
+};
+
 /** The error responses every authenticated operation can give. */
 export const commonErrors = {
-  // Refused before any key is counted: no RateLimit fields (see .spectral.yaml).
-  401: errorResponse('unauthorized: the API key is missing, not Bearer, unknown, revoked or expired.', authHeader),
+  // A key sent and refused is counted against the address; no usable credentials are not, but
+  // the answer shows the address's budget all the same (auth.ts).
+  401: errorResponse(
+    "unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. A key sent and refused counts against the client address's refused-key limit; a request without usable credentials does not, but its answer shows what is left.",
+    { ...authHeader, ...refusedKeyHeaders },
+  ),
   408: parserRefusal('request_timeout: the request was not received in time; the connection is closed.'),
-  414: errorResponse('uri_too_long: the URL is over 8 KiB.'),
+  414: errorResponse('uri_too_long: the URL is over 8 KiB; refused before the key is read.', refusedKeyHeaders),
   429: errorResponse(
     'rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served).',
     {

@@ -38,10 +38,13 @@ await app.listen({ host: '127.0.0.1', port: 0 });
 const { port } = app.server.address() as AddressInfo;
 const agent = new Agent({ keepAlive: true, maxSockets: 8 });
 
-/** The i-th address: IPv4 from 10.0.0.0/8, every third one IPv6 from 2001:db8::/32. */
+/**
+ * The i-th address: IPv4 from 10.0.0.0/8, every third one IPv6 from 2001:db8::/32, each in a
+ * /64 of its own (per-address limits count an IPv6 client by its /64).
+ */
 const addressOf = (i: number) =>
   i % 3 === 0
-    ? `2001:db8:${(i >> 16).toString(16)}::${(i & 0xffff).toString(16)}`
+    ? `2001:db8:${(i >> 16).toString(16)}:${(i & 0xffff).toString(16)}::1`
     : `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 
 const statuses: Record<string, number> = {};

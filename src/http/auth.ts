@@ -4,8 +4,7 @@ import { systemClock, type Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash, scopes, type Scope } from '../keys/keys.js';
 import type { ActiveKey, Store } from '../store/store.js';
-import type { Config } from '../config.js';
-import { clientAddress, RateLimits, type RateFields } from './rate-limit.js';
+import { clientAddress, type RateFields, type RateLimits, withFields } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -63,15 +62,22 @@ export interface Gate {
   /**
    * Admits a request with an active, unexpired key that holds `scope`, within its rate limit,
    * or rejects with the 401, 403 or 429 to answer. A refused key from an address that sent too
-   * many gets 429 instead of 401; a valid key is never refused for what its address sent.
+   * many gets 429 instead of 401; a valid key is never refused for what its address sent. A
+   * valid key is counted before its scope is checked: its 403 carries its RateLimit fields, and
+   * past its limit it gets 429 whatever the scope. `address` is asked only for a 401 or 429.
    */
-  admit(address: string, authorization: string | undefined, connection: object, scope: Scope): Promise<Admission>;
+  admit(address: () => string, authorization: string | undefined, connection: object, scope: Scope): Promise<Admission>;
   /**
-   * What `admit` would answer, at once, when the store remembers the key (see key-memory.ts):
-   * the admission, or the 401, 403 or 429 thrown. Undefined when only `admit` can tell; nothing
-   * is counted then.
+   * What `admit` would answer, at once, when the store remembers the key (see key-memory.ts)
+   * or no credentials were sent: the admission, or the 401, 403 or 429 thrown. Undefined when
+   * only `admit` can tell; nothing is counted then.
    */
-  admitRemembered(authorization: string | undefined, connection: object, scope: Scope): Admission | undefined;
+  admitRemembered(
+    address: () => string,
+    authorization: string | undefined,
+    connection: object,
+    scope: Scope,
+  ): Admission | undefined;
 }
 
 /** Whether two strings are equal, in time that depends on their length only. */
@@ -93,36 +99,41 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
   // of a connection, so it is read and hashed once. The header is compared in constant time, as
   // a key would be.
   const lastSent = new WeakMap<object, Credentials>();
-  const credentialsOf = (authorization: string | undefined, connection: object): Credentials => {
+  const credentialsOf = (address: () => string, authorization: string | undefined, connection: object): Credentials => {
     const last = lastSent.get(connection);
     if (last && authorization !== undefined && sameText(last.authorization, authorization)) return last;
-    const token = readToken(authorization);
+    let token: string;
+    try {
+      token = readToken(authorization);
+    } catch (refusal) {
+      // No usable credentials: not counted as a refused key, but the 401 shows the address's
+      // budget of them (CONTRACT.md Limits).
+      throw withFields(refusal as ApiError, limits.peekRefused(address()));
+    }
     const credentials = { authorization: authorization!, token, hash: hashKey(token) };
     lastSent.set(connection, credentials);
     return credentials;
   };
 
-  const admitKey = (apiKeyId: number, now = clock.now()): Admission => {
-    store.memory.noteKeyUse(apiKeyId, now);
-    return { apiKeyId, rateFields: limits.admitKey(apiKeyId, now) };
+  // Counted, then the scope checked: a 403 is an answer to the key like any other, with its
+  // RateLimit fields, and a key past its limit gets 429 whatever it asks.
+  const admitKey = (key: ActiveKey, scope: Scope, now = clock.now()): Admission => {
+    const rateFields = limits.admitKey(key.id, now);
+    if (!key.scopes.includes(scope)) throw withFields(forbidden[scope], rateFields);
+    store.memory.noteKeyUse(key.id, now);
+    return { apiKeyId: key.id, rateFields };
   };
 
   // By the service's clock: from that instant on, on every instance (CONTRACT.md expiry).
   const expired = (key: ActiveKey, now: number) => key.expiresAt !== null && key.expiresAt <= now;
 
-  const permit = (key: ActiveKey, scope: Scope) => {
-    if (!key.scopes.includes(scope)) throw forbidden[scope];
-    return key.id;
-  };
-
-  async function lookUp(address: string, token: string, hash: Buffer): Promise<ActiveKey> {
+  async function lookUp(address: () => string, token: string, hash: Buffer): Promise<ActiveKey> {
     const found = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
     const key = found && sameHash(found.hash, hash) ? found : undefined;
     if (!key || expired(key, clock.now())) {
-      throw (
-        limits.noteRefusedKey(address) ??
-        (key ? expiredKey(key) : refuse('The API key is not valid or has been revoked.', true))
-      );
+      // Counted against the address: past its limit this throws the 429 instead.
+      const fields = limits.noteRefusedKey(address());
+      throw withFields(key ? expiredKey(key) : refuse('The API key is not valid or has been revoked.', true), fields);
     }
     return key;
   }
@@ -134,13 +145,13 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
 
   return {
     async admit(address, authorization, connection, scope) {
-      const { token, hash } = credentialsOf(authorization, connection);
+      const { token, hash } = credentialsOf(address, authorization, connection);
       const key = remembered(hash, clock.now()) ?? (await lookUp(address, token, hash));
-      return admitKey(permit(key, scope));
+      return admitKey(key, scope);
     },
-    admitRemembered(authorization, connection, scope) {
-      const key = remembered(credentialsOf(authorization, connection).hash, clock.now());
-      return key && admitKey(permit(key, scope));
+    admitRemembered(address, authorization, connection, scope) {
+      const key = remembered(credentialsOf(address, authorization, connection).hash, clock.now());
+      return key && admitKey(key, scope);
     },
   };
 }
@@ -164,9 +175,10 @@ export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler
   return (scope) =>
     function authenticateRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
       const { authorization } = request.headers;
+      const address = () => clientAddress(request);
       let admission: Admission | undefined;
       try {
-        admission = gate.admitRemembered(authorization, request.raw.socket, scope);
+        admission = gate.admitRemembered(address, authorization, request.raw.socket, scope);
       } catch (refusal) {
         return done(refusal as Error);
       }
@@ -174,7 +186,7 @@ export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler
         admitted(request, reply, admission);
         return done();
       }
-      gate.admit(clientAddress(request), authorization, request.raw.socket, scope).then((found) => {
+      gate.admit(address, authorization, request.raw.socket, scope).then((found) => {
         admitted(request, reply, found);
         done();
       }, done);
@@ -184,9 +196,8 @@ export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler
 export interface AuthOptions {
   store: Store;
   clock: Clock;
-  config: Config;
-  /** How long a rate-limit hit waits in memory before it is added to the store's counts. */
-  hitFlushMs?: number;
+  /** The per-key and refused-key limits (made in app.ts, which shares them with the parser's answers). */
+  limits: RateLimits;
 }
 
 declare module 'fastify' {
@@ -202,8 +213,7 @@ declare module 'fastify' {
 
 /** Bearer API keys, their scopes and the rate limits, for the routes that ask with `app.authenticate(scope)`. */
 export const auth = fp<AuthOptions>(
-  async (app, { store, clock, config, hitFlushMs }) => {
-    const limits = new RateLimits(store, clock, config, hitFlushMs);
+  async (app, { store, clock, limits }) => {
     app.decorateRequest('apiKeyId', undefined);
     app.decorate('authenticate', authenticate(createGate(store, limits, clock)));
     // After the routes' last requests, before the store closes (server.ts): the hits are written.

@@ -2,6 +2,7 @@ import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import { ApiError } from '../errors.js';
 import { NO_STORE, NOSNIFF } from './limits.js';
+import type { RateFields } from './rate-limit.js';
 
 function errorFor(code: string | undefined): ApiError {
   switch (code) {
@@ -18,9 +19,11 @@ function errorFor(code: string | undefined): ApiError {
 
 /**
  * Answers requests Node's HTTP parser refuses before any route runs (oversized headers,
- * unknown methods, malformed requests, timeouts) with the contract's Error body.
+ * unknown methods, malformed requests, timeouts) with the contract's Error body, and `fields`:
+ * the `"refused-keys"` RateLimit fields of the peer's address (RateLimits.peekRefused), when
+ * that limit is on.
  */
-export function answerClientError(error: Error & { code?: string }, socket: Socket): void {
+export function answerClientError(error: Error & { code?: string }, socket: Socket, fields?: RateFields): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const apiError = errorFor(error.code);
   const body = JSON.stringify(apiError.toBody());
@@ -33,6 +36,7 @@ export function answerClientError(error: Error & { code?: string }, socket: Sock
       `Content-Length: ${Buffer.byteLength(body)}\r\n` +
       `${NO_STORE[0]}: ${NO_STORE[1]}\r\n` +
       `${NOSNIFF[0]}: ${NOSNIFF[1]}\r\n` +
+      (fields ? `RateLimit-Policy: ${fields['ratelimit-policy']}\r\nRateLimit: ${fields.ratelimit}\r\n` : '') +
       'Connection: close\r\n\r\n' +
       body,
     () => socket.destroy(),

@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
-import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
 import { ApiError, notFound } from '../errors.js';
+import type { RateFields } from './rate-limit.js';
 
 /** Longest request target (path and query) the service reads: nginx's default buffer size. */
 export const URL_LIMIT = 8 * 1024;
@@ -57,14 +58,29 @@ export function secureReply(request: FastifyRequest, reply: FastifyReply): Fasti
  * Global `onRequest` hook, first on every request: the security headers every answer carries,
  * then 400 for a request whose framing is in doubt (framingError), 414 for an over-long URL, 400
  * for HTTP/1.1 without Host and 404 for an unknown path, before any body is read or key
- * checked. A callback hook: it costs no promise.
+ * checked. The 400s and the 414 carry `earlyFields(request)`: the RateLimit fields of the
+ * client's address (the `"refused-keys"` policy, uncounted: app.ts), when there are any. A
+ * callback hook: it costs no promise.
+ *
+ * @example app.addHook('onRequest', guardRequests((request) => limits.peekRefused(clientAddress(request))));
  */
-export function guardRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
-  secureReply(request, reply);
+export function guardRequests(earlyFields: (request: FastifyRequest) => RateFields): onRequestHookHandler {
+  return function guardRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
+    secureReply(request, reply);
+    const refusal = earlyRefusal(request);
+    if (refusal === undefined) return done(request.is404 ? notFound() : undefined);
+    const fields = earlyFields(request);
+    if (fields) reply.headers(fields);
+    done(refusal);
+  };
+}
+
+/** guardRequests' 400 or 414 for `request`, if any. */
+function earlyRefusal(request: FastifyRequest): ApiError | undefined {
   const framing = framingError(request.raw);
-  if (framing) return done(framing);
-  if (request.url.length > URL_LIMIT) return done(uriTooLong());
+  if (framing) return framing;
+  if (request.url.length > URL_LIMIT) return uriTooLong();
   // RFC 9112 section 3.2: an HTTP/1.1 request without Host is a 400.
-  if (request.headers.host === undefined && request.raw.httpVersion === '1.1') return done(missingHost());
-  done(request.is404 ? notFound() : undefined);
+  if (request.headers.host === undefined && request.raw.httpVersion === '1.1') return missingHost();
+  return undefined;
 }

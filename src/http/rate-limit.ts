@@ -96,29 +96,58 @@ export class RateLimits {
   }
 
   /**
-   * Counts a refused key from `address`; returns the 429 to answer instead of 401 once the
-   * address sent more than the limit in this window. It never refuses a valid key: it is
-   * asked only about keys already refused.
+   * Counts a refused key from `address` and returns the `"refused-keys"` fields its 401 carries
+   * (undefined when that limit is off); throws the 429 to answer instead once the address sent
+   * more than the limit in this window. It never refuses a valid key: it is asked only about
+   * keys already refused.
    */
-  noteRefusedKey(address: string): ApiError | undefined {
-    const [limit, refused] = [this.#failureLimit, this.#refused];
-    if (limit === undefined || refused === undefined) return undefined;
-    const window = windowAt(this.#clock.now(), this.#windowMs);
-    if (window.start > this.#refusedWindow) {
-      refused.clear();
-      this.#refusedWindow = window.start;
-    }
+  noteRefusedKey(address: string): RateFields {
+    const refused = this.#refusedNow();
+    if (refused === undefined) return undefined;
     // Counted by address group: an IPv6 client by its /64, which it holds whole (connections.ts).
     const group = addressGroup(address);
-    if (refused.add(group) <= limit) return undefined;
+    const count = refused.sketch.add(group);
+    if (count <= this.#failureLimit!) return this.#refusedFields(count, refused.window);
     const from = group.endsWith('/64') ? `${address}, counted with the rest of ${group}` : group;
-    return tooManyRequests(
-      `Too many refused API keys came from ${from}; retry after ${window.secondsLeft} seconds, or send a valid key, which is served.`,
-      window.secondsLeft,
-      {
-        'ratelimit-policy': this.#refusedPolicy,
-        ratelimit: `"refused-keys";r=0;t=${window.secondsLeft}`,
-      },
+    throw tooManyRequests(
+      `Too many refused API keys came from ${from}; retry after ${refused.window.secondsLeft} seconds, or send a valid key, which is served.`,
+      refused.window.secondsLeft,
+      this.#refusedFields(count, refused.window),
     );
   }
+
+  /**
+   * The `"refused-keys"` fields of `address`, counting nothing: what an answer given before
+   * any key was read (no credentials, a malformed request) carries. Undefined when that limit
+   * is off.
+   */
+  peekRefused(address: string): RateFields {
+    const refused = this.#refusedNow();
+    if (refused === undefined) return undefined;
+    return this.#refusedFields(refused.sketch.peek(addressGroup(address)), refused.window);
+  }
+
+  /** The refused-key counts of the current window (cleared when a new one began); none when the limit is off. */
+  #refusedNow(): { sketch: CountMinSketch; window: ReturnType<typeof windowAt> } | undefined {
+    const sketch = this.#refused;
+    if (sketch === undefined) return undefined;
+    const window = windowAt(this.#clock.now(), this.#windowMs);
+    if (window.start > this.#refusedWindow) {
+      sketch.clear();
+      this.#refusedWindow = window.start;
+    }
+    return { sketch, window };
+  }
+
+  #refusedFields(count: number, window: ReturnType<typeof windowAt>): NonNullable<RateFields> {
+    return {
+      'ratelimit-policy': this.#refusedPolicy,
+      ratelimit: `"refused-keys";r=${Math.max(0, this.#failureLimit! - count)};t=${window.secondsLeft}`,
+    };
+  }
+}
+
+/** `error` with the RateLimit `fields` added to the fields it is answered with. */
+export function withFields(error: ApiError, fields: RateFields): ApiError {
+  return fields ? new ApiError(error.code, error.message, { ...error.headers, ...fields }) : error;
 }

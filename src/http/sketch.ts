@@ -19,6 +19,7 @@ function fnv1a(text: string, seed: number): number {
  * cells cannot be planned from outside.
  *
  * @example const hits = new CountMinSketch(); hits.add('192.0.2.7') // 1
+ * @example hits.peek('192.0.2.7') // 1, and still 1 after
  */
 export class CountMinSketch {
   readonly #cells = new Uint32Array(SKETCH_WIDTH * SKETCH_DEPTH);
@@ -27,6 +28,19 @@ export class CountMinSketch {
 
   /** Counts one hit by `subject`; returns its count so far (an estimate never under it). */
   add(subject: string): number {
+    const count = Math.min(this.#find(subject) + 1, 0xffffffff);
+    // Conservative update: only cells below the new count rise, so shared cells inflate less.
+    for (const slot of this.#slots) if (this.#cells[slot]! < count) this.#cells[slot] = count;
+    return count;
+  }
+
+  /** The count of `subject` so far (an estimate never under it), counting nothing. */
+  peek(subject: string): number {
+    return this.#find(subject);
+  }
+
+  /** Finds `subject`'s cell in each row (kept in #slots) and returns the least of their counts. */
+  #find(subject: string): number {
     // Kirsch and Mitzenmacher: row i's cell from two hashes, h1 + i * h2.
     const h1 = fnv1a(subject, this.#seeds[0]!);
     const h2 = fnv1a(subject, this.#seeds[1]!) | 1;
@@ -36,10 +50,7 @@ export class CountMinSketch {
       this.#slots[row] = slot;
       least = Math.min(least, this.#cells[slot]!);
     }
-    const count = Math.min(least + 1, 0xffffffff);
-    // Conservative update: only cells below the new count rise, so shared cells inflate less.
-    for (const slot of this.#slots) if (this.#cells[slot]! < count) this.#cells[slot] = count;
-    return count;
+    return least;
   }
 
   clear(): void {

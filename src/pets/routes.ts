@@ -21,6 +21,8 @@ import {
   type ListPetsQuery as ListQuery,
   type GetPetParams as PetParams,
   rateLimitHeaders,
+  refusedKeyHeaders,
+  eitherPolicyHeaders,
   answerHeaders,
   idempotencyRetryAfter,
   locationHeader,
@@ -86,7 +88,10 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
             items: { $ref: 'Pet#' },
             maxItems: 100,
           },
-          400: errorResponse('invalid_request: a query parameter is invalid, repeated or unknown.', rateLimitHeaders),
+          400: errorResponse(
+            'invalid_request: a query parameter is invalid, repeated or unknown; or the request is not valid HTTP/1.1, refused before its key is read.',
+            eitherPolicyHeaders,
+          ),
           403: forbiddenResponse('pets:read'),
           ...commonErrors,
         },
@@ -164,8 +169,8 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
             $ref: 'Pet#',
           },
           400: errorResponse(
-            'invalid_request: the body is not a valid NewPet, or not valid JSON, or Idempotency-Key is malformed.',
-            rateLimitHeaders,
+            'invalid_request: the body is not a valid NewPet, or not valid JSON, or Idempotency-Key is malformed; or the request is not valid HTTP/1.1, refused before its key is read.',
+            eitherPolicyHeaders,
           ),
           409: errorResponse(
             'idempotency_conflict: a request with this Idempotency-Key is still being processed; retry after Retry-After seconds.',
@@ -251,7 +256,10 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
             $ref: 'Pet#',
           },
           // Node's HTTP parser answers a malformed request to any path before a route runs.
-          400: errorResponse('invalid_request: the request is not valid HTTP/1.1 (request line or headers).'),
+          400: errorResponse(
+            'invalid_request: the request is not valid HTTP/1.1 (request line or headers), refused before its key is read.',
+            refusedKeyHeaders,
+          ),
           404: errorResponse('not_found: no animal has this id, or petId is not a positive integer.', {
             ...deprecationHeaderDocs,
             ...rateLimitHeaders,
