@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { connect, type Socket } from 'node:net';
+import { connect } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { childEnv, startServer } from './process.js';
 import { exchange } from './raw.js';
@@ -49,29 +49,49 @@ async function closedByReason(port: number, key: string): Promise<Record<string,
 }
 
 /**
- * A client from `localAddress` that never reads: it pipelines `batch` requests for the OpenAPI
- * document (47 KB each) every `everyMs`, `total` at most, until the server closes it. Resolves
- * once its first batch is written; `closed` resolves when the server has closed it.
+ * A client from `localAddress` that reads nothing (after the first chunk of the first answer,
+ * when `started` is 'answered'): it pipelines `batch` requests for the OpenAPI document (47 KB
+ * each) every `everyMs`, `total` at most, until the server closes it. `started` resolves once
+ * its first batch is written, or answered; `closed` when the server has closed it.
  */
-function slowReader(t: TestContext, port: number, localAddress: string, batch: number, everyMs: number, total = 2000) {
+function slowReader(
+  t: TestContext,
+  port: number,
+  localAddress: string,
+  {
+    batch,
+    everyMs,
+    total,
+    started: when,
+  }: { batch: number; everyMs: number; total: number; started: 'written' | 'answered' },
+) {
   const socket = connect({ port, host: '127.0.0.1', localAddress });
   t.after(() => socket.destroy());
-  socket.pause();
   socket.on('error', () => {});
   const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
   let sent = 0;
+  const send = (callback?: () => void) => {
+    socket.write(OPENAPI.repeat(batch), callback);
+    sent += batch;
+  };
   const timer = setInterval(() => {
     if (socket.destroyed || sent >= total) return clearInterval(timer);
-    socket.write(OPENAPI.repeat(batch));
-    sent += batch;
+    send();
   }, everyMs);
   socket.once('close', () => clearInterval(timer));
-  const started = new Promise<Socket>((resolve) =>
-    socket.once('connect', () => {
-      socket.write(OPENAPI.repeat(batch), () => resolve(socket));
-      sent += batch;
-    }),
-  );
+  const started = new Promise<void>((resolve) => {
+    if (when === 'written') {
+      socket.pause();
+      socket.once('connect', () => send(resolve));
+    } else {
+      // An answer begun: the service has read the request, so the connection is not silent.
+      socket.once('data', () => {
+        socket.pause();
+        resolve();
+      });
+      socket.once('connect', () => send());
+    }
+  });
   return { started, closed };
 }
 
@@ -96,8 +116,8 @@ async function servedAfter(port: number, giveUpMs: number): Promise<number> {
 const ADDRESSES = [2, 3, 4, 5, 6, 7, 8, 9].map((last) => `127.0.0.${last}`);
 const SLOTS = { PETSTORE_MAX_CONNECTIONS: '16', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '2' };
 
-/** `open` for each slot, one after the other, each once its first batch is written: none is silent when the next comes. */
-async function fillSlots<T extends { started: Promise<Socket> }>(open: (address: string) => T): Promise<T[]> {
+/** `open` for each slot, one after the other, each once it has started. */
+async function fillSlots<T extends { started: Promise<void> }>(open: (address: string) => T): Promise<T[]> {
   const clients: T[] = [];
   for (const address of ADDRESSES) {
     for (let i = 0; i < 2; i++) {
@@ -119,7 +139,9 @@ test('clients that pipeline requests and never read the answers are closed after
   const peak = samplePeak(pid);
   // A batch at a time, as a client that keeps under the pipelining limit does, until the
   // kernel's buffers are full.
-  const readers = await fillSlots((address) => slowReader(t, port, address, 20, 1000, 400));
+  const readers = await fillSlots((address) =>
+    slowReader(t, port, address, { batch: 20, everyMs: 1000, total: 400, started: 'answered' }),
+  );
   const begun = performance.now();
   const waited = await servedAfter(port, 20_000);
   await Promise.all(readers.map(({ closed }) => closed));
@@ -130,9 +152,11 @@ test('clients that pipeline requests and never read the answers are closed after
   );
   t.diagnostic(`RSS ${baseline.toFixed(1)} MiB before, +${grew.toFixed(1)} MiB at the peak`);
   // Filling the kernel's buffers (a few MB per connection) takes a moment; then each one is
-  // closed within the stall timeout and the one-second check.
+  // closed within the stall timeout and the one-second check. The RSS bound leaves room for the
+  // collector's headroom (the answers made are garbage once sent), not for answers kept: those
+  // were about 5 MB per such connection when every pipelined request was answered at once.
   assert.ok(allClosed < 15_000, `the slow readers were closed after ${Math.round(allClosed)} ms`);
-  assert.ok(grew < 40, `RSS grew by ${grew.toFixed(1)} MiB`);
+  assert.ok(grew < 48, `RSS grew by ${grew.toFixed(1)} MiB`);
   // Closed for not reading, or for pipelining past the limit when the service fell behind.
   const closed = await closedByReason(port, key);
   assert.equal((closed.slow_reader ?? 0) + (closed.pipeline_depth ?? 0), 16, JSON.stringify(closed));
@@ -147,12 +171,14 @@ test('a client that pipelines 2,000 requests in one write is closed once 64 wait
   const baseline = rssOf(pid);
   const peak = samplePeak(pid);
   const begun = performance.now();
-  await fillSlots((address) => slowReader(t, port, address, 2000, 1000, 2000));
+  await fillSlots((address) =>
+    slowReader(t, port, address, { batch: 2000, everyMs: 1000, total: 2000, started: 'written' }),
+  );
   const waited = await servedAfter(port, 5_000);
   const grew = peak() - baseline;
   t.diagnostic(`new client served after ${Math.round(waited)} ms; RSS +${grew.toFixed(1)} MiB at the peak`);
   assert.ok(performance.now() - begun < 5_000);
-  assert.ok(grew < 40, `RSS grew by ${grew.toFixed(1)} MiB`);
+  assert.ok(grew < 48, `RSS grew by ${grew.toFixed(1)} MiB`);
   const closed = await closedByReason(port, key);
   assert.equal(closed.pipeline_depth, 16, JSON.stringify(closed));
 });
