@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
+import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { encodeCursor } from '../src/pets/cursor.js';
 import { issueKey } from '../src/keys/cli.js';
 import { INT64_MAX, ListPetsQuery } from '../src/schemas.js';
 import { startApp, type TestApp } from './helpers.js';
+import { exchange, parseResponse } from './raw.js';
 
 interface HeaderSchema {
   maxLength: number;
@@ -137,6 +139,39 @@ test('the 429s of both limits carry described fields: the key quota and the refu
   assert.equal(refused.statusCode, 429);
   assert.match(String(refused.headers['ratelimit-policy']), /^"refused-keys"/);
   check(refused);
+});
+
+test('answers refused before any key is read carry described fields, the refused-keys ones included', async (t) => {
+  const app = await startApp(t);
+  const document = await documentOf(app.app);
+  await app.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.app.server.address() as AddressInfo;
+  const raw = async (request: string): Promise<Answer> => {
+    const answer = parseResponse(await exchange(port, request));
+    return { statusCode: Number(answer.statusLine.split(' ')[1]), headers: Object.fromEntries(answer.headers) };
+  };
+  const operations = [
+    ['GET', '/v1/pets', '/pets'],
+    ['POST', '/v1/pets', '/pets'],
+    ['GET', '/v1/pets/1', '/pets/{petId}'],
+  ] as const;
+  for (const [method, url, path] of operations) {
+    const answers = [
+      await raw(`${method} ${url}?x=${'a'.repeat(9000)} HTTP/1.1\r\nHost: x\r\n\r\n`),
+      await raw(`${method} ${url} HTTP/1.1\r\nHost: x\r\nX-Filler: ${'a'.repeat(17 * 1024)}\r\n\r\n`),
+      await raw(`${method} ${url} HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n`),
+      await raw(`${method} ${url} HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n`),
+      await app.app.inject({ method, url, headers: { authorization: 'Basic dXNlcjpwYXNz' } }),
+    ];
+    assert.deepEqual(
+      answers.map((answer) => answer.statusCode),
+      [414, 431, 400, 400, 401],
+    );
+    for (const answer of answers) {
+      assert.match(String(answer.headers['ratelimit-policy']), /^"refused-keys"/);
+      assertDescribed(document, path, method.toLowerCase(), answer);
+    }
+  }
 });
 
 test('a page answered from the page cache carries the same described fields', async (t) => {
