@@ -140,13 +140,17 @@ function moreKeys(config: Config): string {
  */
 export async function serve(config: Config): Promise<{ app: FastifyInstance; store: Store }> {
   const holder = await holdAddress(config);
-  let store: Store;
+  let store: Store | undefined;
   let app: FastifyInstance;
   try {
     // Before the store: the PostgreSQL client is instrumented as it is loaded.
     await startTracing();
     ({ store } = await openMigratedStore(config));
     app = await buildApp({ config, store });
+  } catch (error) {
+    // An open pool would keep the process from exiting on the error.
+    await store?.close().catch(() => {});
+    throw error;
   } finally {
     await new Promise((resolve) => holder.close(resolve));
   }
