@@ -147,7 +147,8 @@ export const settings = {
   } satisfies Setting<number>,
   sqlitePath: {
     env: 'PETSTORE_DB',
-    description: 'SQLite database file, created with its folder when missing.',
+    description:
+      'SQLite database file; serve and migrate create it, with its folder, when missing, and every other command refuses a missing one.',
     format: 'file path',
     default: './data/petstore.db',
     parse: (raw) => raw,
