@@ -356,7 +356,9 @@ export const commonErrors = {
     "unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. A key sent and refused counts against the client address's refused-key limit; a request without usable credentials does not, but its answer shows what is left.",
     { ...authHeader, ...refusedKeyHeaders },
   ),
-  408: parserRefusal('request_timeout: the request was not received in time; the connection is closed.'),
+  408: parserRefusal(
+    'request_timeout: the request was not received in time; the connection is closed. A 408 for headers that did not arrive carries the refused-key fields; one for a body that stopped arriving, after the key was counted, carries none.',
+  ),
   414: errorResponse('uri_too_long: the URL is over 8 KiB; refused before the key is read.', refusedKeyHeaders),
   429: errorResponse(
     'rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served).',

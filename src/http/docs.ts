@@ -26,9 +26,12 @@ operation's path does not serve (\`PUT\`, or \`OPTIONS\` while CORS is off) gets
 \`method_not_allowed\` with an \`Allow\` header naming those it serves.
 
 Every answer carries \`X-Request-Id\` (the caller's, when it is 1 to 128 visible ASCII characters),
-except those refused by the HTTP parser before any route (malformed HTTP, 408, 431). Once the key
-is checked and counted, answers carry the \`RateLimit-Policy\` and \`RateLimit\` fields of the key's
-quota, and a 429 carries them with \`Retry-After\` for the limit that refused it.`;
+except those refused by the HTTP parser before any route (malformed HTTP, 408, 431). Once a valid
+key is counted, answers carry the \`RateLimit-Policy\` and \`RateLimit\` fields of the key's quota
+(\`"default"\`), a 403 included; answers given before a valid key was read (401, and the 400, 408,
+414 and 431 refused before any key is read) carry those of the client address's refused-key
+quota (\`"refused-keys"\`) while that limit is on. A 429 carries them with \`Retry-After\` for the
+limit that refused it.`;
 
 // Swagger UI's browser files, as @fastify/swagger-ui ships them (swagger-ui-dist would bring an
 // install-time analytics script). The page around them is this service's own: one document
