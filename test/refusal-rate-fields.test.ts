@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { connect, type AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import type { LightMyRequestResponse } from 'fastify';
+import { CountMinSketch } from '../src/http/sketch.js';
 import { issueKey } from '../src/keys/cli.js';
 import { assertError, startApp, tempSqliteStore } from './helpers.js';
 import { exchange, parseResponse } from './raw.js';
@@ -66,6 +67,16 @@ const earlyRefusals = [
   { status: 400, request: 'GET /v1/pets/1 HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n' },
   { status: 400, request: 'GET /v1/pets/1 HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n' },
 ];
+
+test('the sketch reads a count without adding to it', () => {
+  const sketch = new CountMinSketch();
+  assert.equal(sketch.peek('192.0.2.7'), 0);
+  sketch.add('192.0.2.7');
+  sketch.add('192.0.2.7');
+  for (let i = 0; i < 3; i++) assert.equal(sketch.peek('192.0.2.7'), 2);
+  assert.equal(sketch.add('192.0.2.7'), 3);
+  assert.equal(sketch.peek('192.0.2.8'), 0);
+});
 
 test('a 401 for a refused key carries the address’s refused-keys fields, one fewer left each time', async (t) => {
   const { app, clock } = await startApp(t);
