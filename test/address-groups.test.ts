@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { addressGroup } from '../src/http/connections.js';
+import { addressGroup } from '../src/http/addresses.js';
 import { startApp, tempSqliteStore } from './helpers.js';
 
 const BAD_KEY = `psk_${'A'.repeat(43)}`;

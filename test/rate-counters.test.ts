@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { batchedCounters, type WriteHits } from '../src/store/counters.js';
+import { batchedCounters, type WriteHits } from '../src/http/rate-counters.js';
 import { openPostgresStore } from '../src/store/postgres.js';
 
 const T0 = Date.UTC(2026, 10, 22);

@@ -4,7 +4,8 @@ import { systemClock, type Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash, scopes, type Scope } from '../keys/keys.js';
 import type { ActiveKey, Store } from '../store/store.js';
-import { clientAddress, type RateFields, type RateLimits, withFields } from './rate-limit.js';
+import { clientAddress } from './addresses.js';
+import { type RateFields, type RateLimits, withFields } from './rate-limit.js';
 
 declare module 'fastify' {
   interface FastifyRequest {

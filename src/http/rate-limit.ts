@@ -1,11 +1,9 @@
-import { isIP } from 'node:net';
-import type { FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError } from '../errors.js';
-import { batchedCounters, HIT_FLUSH_MS } from '../store/counters.js';
+import { batchedCounters, HIT_FLUSH_MS } from './rate-counters.js';
 import type { Store } from '../store/store.js';
-import { addressGroup } from './connections.js';
+import { addressGroup } from './addresses.js';
 import { CountMinSketch } from './sketch.js';
 
 /** The window `now` falls in, and the whole seconds left in it (at least 1). */
@@ -22,19 +20,8 @@ const tooManyRequests = (message: string, secondsLeft: number, headers: Record<s
   new ApiError('rate_limited', message, { ...headers, 'retry-after': String(secondsLeft) });
 
 /**
- * The address a request came from, for the per-address limit: the client a trusted proxy
- * names in X-Forwarded-For when that is an IP address, else the peer's own address. A value
- * that is not an address is never used (nor echoed in a message).
- */
-export function clientAddress(request: FastifyRequest): string {
-  // A zone (fe80::1%eth0) names nothing beyond the proxy's own host, and may be any length.
-  if (isIP(request.ip) !== 0 && !request.ip.includes('%')) return request.ip;
-  return request.raw.socket.remoteAddress ?? 'an unknown address';
-}
-
-/**
  * Per-API-key rate limit, in fixed windows counted by the store (in memory; on PostgreSQL shared
- * by every instance through batched writes, see counters.ts), and per-address limit on refused
+ * by every instance through batched writes, see rate-counters.ts), and per-address limit on refused
  * keys, counted by each instance in fixed memory (a count-min sketch: see docs/hardening.md). The fields are those of the IETF httpapi
  * RateLimit header fields draft: `RateLimit-Policy: "default";q=6000;w=60` and
  * `RateLimit: "default";r=5999;t=42`; the refused-key limit is the policy `"refused-keys"`.
@@ -66,7 +53,7 @@ export class RateLimits {
   /**
    * Counts a request by `apiKeyId` and returns the RateLimit fields its answer carries
    * (undefined when the limit is off); throws 429 past the limit. Counted in memory and written
-   * in batches (counters.ts), so no request waits for the database to be counted.
+   * in batches (rate-counters.ts), so no request waits for the database to be counted.
    */
   admitKey(apiKeyId: number, now = this.#clock.now()): RateFields {
     if (this.#limit === undefined) return undefined;

@@ -2,7 +2,7 @@ import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { systemClock, type Clock } from '../clock.js';
-import { processCounts } from './counters.js';
+import { processCounts } from './process-counts.js';
 import { groupCommits, retrying, type RetryOptions } from './group-commit.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';

@@ -1,4 +1,4 @@
-import { writeInBatches } from './batches.js';
+import { writeInBatches } from '../store/batches.js';
 
 /** How long a hit counted in memory waits before it is written with the others (PostgreSQL). */
 export const HIT_FLUSH_MS = 200;
@@ -80,32 +80,5 @@ export function batchedCounters(write: WriteHits, flushEveryMs: number = HIT_FLU
     flush: batches.flush,
     /** Writes what is pending, once more, and schedules nothing after. */
     close: batches.close,
-  };
-}
-
-/**
- * Hit totals kept in this process, for a store no other instance shares (SQLite): the Store's
- * `addHits`. Windows before the newest are forgotten as soon as a newer one begins; a late batch
- * for an older window counts in the newest one, so a count is never under the truth.
- */
-export function processCounts(): (
-  windowStart: number,
-  subjects: string[],
-  hits: number[],
-) => Promise<Map<string, number>> {
-  let current = -Infinity;
-  let totals = new Map<string, number>();
-  return async (windowStart, subjects, hits) => {
-    if (windowStart > current) {
-      current = windowStart;
-      totals = new Map();
-    }
-    const after = new Map<string, number>();
-    subjects.forEach((subject, i) => {
-      const total = (totals.get(subject) ?? 0) + hits[i]!;
-      totals.set(subject, total);
-      after.set(subject, total);
-    });
-    return after;
   };
 }
