@@ -145,7 +145,7 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description RFC 8288: the next page, rel="next", when there is one. */
                     Link?: string;
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -155,7 +155,7 @@ export interface operations {
                     "application/json": components["schemas"]["Pet"][];
                 };
             };
-            /** @description invalid_request: a query parameter is invalid, repeated or unknown. */
+            /** @description invalid_request: a query parameter is invalid, repeated or unknown; or the request is not valid HTTP/1.1, refused before its key is read. */
             400: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -164,9 +164,9 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota `"default";q=<requests>;w=<seconds>` once the key was counted; for a request refused before its key was read (malformed HTTP or framing), the client address's `"refused-keys";q=<refused keys>;w=<seconds>` while that limit is on. */
                     "RateLimit-Policy"?: string;
-                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    /** @description What is left of that policy: `"<policy>";r=<left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -174,7 +174,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
+            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. A key sent and refused counts against the client address's refused-key limit; a request without usable credentials does not, but its answer shows what is left. */
             401: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -185,13 +185,17 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
                     "WWW-Authenticate"?: "Bearer realm=\"petstore\"" | "Bearer realm=\"petstore\", error=\"invalid_token\"";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description forbidden: the API key is valid but does not hold the scope pets:read. */
+            /** @description forbidden: the API key is valid but does not hold the scope pets:read. The request counts against the key's rate limit, which is judged first: past it, the answer is 429. */
             403: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -202,13 +206,17 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:read" (RFC 6750 section 3.1). */
                     "WWW-Authenticate"?: "Bearer realm=\"petstore\", error=\"insufficient_scope\", scope=\"pets:read\"";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description request_timeout: the request was not received in time; the connection is closed. */
+            /** @description request_timeout: the request was not received in time; the connection is closed. A 408 for headers that did not arrive carries the refused-key fields; one for a body that stopped arriving, after the key was counted, carries none. */
             408: {
                 headers: {
                     /** @description Answers are per key and change with every write. */
@@ -217,13 +225,17 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description The connection is closed after this answer. */
                     Connection?: "close";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description uri_too_long: the URL is over 8 KiB. */
+            /** @description uri_too_long: the URL is over 8 KiB; refused before the key is read. */
             414: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -232,6 +244,10 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -268,6 +284,10 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description The connection is closed after this answer. */
                     Connection?: "close";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -283,7 +303,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -302,7 +322,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -346,7 +366,7 @@ export interface operations {
                     Location?: string;
                     /** @description `true` when this is the stored first response to an earlier request with the same Idempotency-Key. */
                     "Idempotent-Replayed"?: "true";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -356,7 +376,7 @@ export interface operations {
                     "application/json": components["schemas"]["Pet"];
                 };
             };
-            /** @description invalid_request: the body is not a valid NewPet, or not valid JSON, or Idempotency-Key is malformed. */
+            /** @description invalid_request: the body is not a valid NewPet, or not valid JSON, or Idempotency-Key is malformed; or the request is not valid HTTP/1.1, refused before its key is read. */
             400: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -365,9 +385,9 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota `"default";q=<requests>;w=<seconds>` once the key was counted; for a request refused before its key was read (malformed HTTP or framing), the client address's `"refused-keys";q=<refused keys>;w=<seconds>` while that limit is on. */
                     "RateLimit-Policy"?: string;
-                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    /** @description What is left of that policy: `"<policy>";r=<left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };
@@ -375,7 +395,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
+            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. A key sent and refused counts against the client address's refused-key limit; a request without usable credentials does not, but its answer shows what is left. */
             401: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -386,13 +406,17 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
                     "WWW-Authenticate"?: "Bearer realm=\"petstore\"" | "Bearer realm=\"petstore\", error=\"invalid_token\"";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description forbidden: the API key is valid but does not hold the scope pets:write. */
+            /** @description forbidden: the API key is valid but does not hold the scope pets:write. The request counts against the key's rate limit, which is judged first: past it, the answer is 429. */
             403: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -403,13 +427,17 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:write" (RFC 6750 section 3.1). */
                     "WWW-Authenticate"?: "Bearer realm=\"petstore\", error=\"insufficient_scope\", scope=\"pets:write\"";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description request_timeout: the request was not received in time; the connection is closed. */
+            /** @description request_timeout: the request was not received in time; the connection is closed. A 408 for headers that did not arrive carries the refused-key fields; one for a body that stopped arriving, after the key was counted, carries none. */
             408: {
                 headers: {
                     /** @description Answers are per key and change with every write. */
@@ -418,6 +446,10 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description The connection is closed after this answer. */
                     Connection?: "close";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -435,7 +467,7 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description Seconds to wait before retrying. */
                     "Retry-After"?: string;
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -454,7 +486,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -464,7 +496,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description uri_too_long: the URL is over 8 KiB. */
+            /** @description uri_too_long: the URL is over 8 KiB; refused before the key is read. */
             414: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -473,6 +505,10 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -488,7 +524,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -507,7 +543,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -547,6 +583,10 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description The connection is closed after this answer. */
                     Connection?: "close";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -562,7 +602,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -581,7 +621,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -623,7 +663,7 @@ export interface operations {
                     Sunset?: "Thu, 05 Dec 2030 00:00:00 GMT";
                     /** @description RFC 8288: </v1/pets>; rel="successor-version". */
                     Link?: "</v1/pets>; rel=\"successor-version\"";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -633,7 +673,7 @@ export interface operations {
                     "application/json": components["schemas"]["Pet"];
                 };
             };
-            /** @description invalid_request: the request is not valid HTTP/1.1 (request line or headers). */
+            /** @description invalid_request: the request is not valid HTTP/1.1 (request line or headers), refused before its key is read. */
             400: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -642,13 +682,17 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. */
+            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. A key sent and refused counts against the client address's refused-key limit; a request without usable credentials does not, but its answer shows what is left. */
             401: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -659,13 +703,17 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
                     "WWW-Authenticate"?: "Bearer realm=\"petstore\"" | "Bearer realm=\"petstore\", error=\"invalid_token\"";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description forbidden: the API key is valid but does not hold the scope pets:read. */
+            /** @description forbidden: the API key is valid but does not hold the scope pets:read. The request counts against the key's rate limit, which is judged first: past it, the answer is 429. */
             403: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -676,6 +724,10 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description Bearer realm="petstore", error="insufficient_scope", scope="pets:read" (RFC 6750 section 3.1). */
                     "WWW-Authenticate"?: "Bearer realm=\"petstore\", error=\"insufficient_scope\", scope=\"pets:read\"";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -697,7 +749,7 @@ export interface operations {
                     Sunset?: "Thu, 05 Dec 2030 00:00:00 GMT";
                     /** @description RFC 8288: </v1/pets>; rel="successor-version". */
                     Link?: "</v1/pets>; rel=\"successor-version\"";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -707,7 +759,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description request_timeout: the request was not received in time; the connection is closed. */
+            /** @description request_timeout: the request was not received in time; the connection is closed. A 408 for headers that did not arrive carries the refused-key fields; one for a body that stopped arriving, after the key was counted, carries none. */
             408: {
                 headers: {
                     /** @description Answers are per key and change with every write. */
@@ -716,6 +768,10 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description The connection is closed after this answer. */
                     Connection?: "close";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -737,7 +793,7 @@ export interface operations {
                     Sunset?: "Thu, 05 Dec 2030 00:00:00 GMT";
                     /** @description RFC 8288: </v1/pets>; rel="successor-version". */
                     Link?: "</v1/pets>; rel=\"successor-version\"";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -747,7 +803,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description uri_too_long: the URL is over 8 KiB. */
+            /** @description uri_too_long: the URL is over 8 KiB; refused before the key is read. */
             414: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -756,6 +812,10 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -792,6 +852,10 @@ export interface operations {
                     "X-Content-Type-Options"?: "nosniff";
                     /** @description The connection is closed after this answer. */
                     Connection?: "close";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -807,7 +871,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
@@ -826,7 +890,7 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
-                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was checked and counted, absent when rate limits are off. */
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
