@@ -46,8 +46,8 @@ export function tracingOn(): boolean {
  * opened: the PostgreSQL client's instrumentation must be in place before `pg` is loaded.
  * Spans leave through a batch processor with a bounded queue, so an exporter that is slow or
  * whose collector is down never holds a request: past the queue's size, spans are dropped.
- * When tracing is off nothing is loaded and no provider is registered: the OpenTelemetry API
- * then hands out no-op tracers, and the request path has no tracing hook.
+ * When tracing is off no part of the SDK is loaded and no provider is registered: the
+ * OpenTelemetry API then hands out no-op tracers, and the request path has no tracing hook.
  */
 export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promise<boolean> {
   if (provider || !tracingWanted(env)) return tracingOn();
