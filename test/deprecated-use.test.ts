@@ -1,38 +1,12 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import { KEY_USE_WRITE_MS } from '../src/store/key-uses.js';
-import { addPet, manualClock, startApp } from './helpers.js';
+import { addPet, appCountingWrites, startApp } from './helpers.js';
 import { childEnv, runCli, startServer } from './process.js';
-import { storeKinds, type StoreKind } from './stores.js';
+import { storeKinds } from './stores.js';
 
 const FLUSH_MS = 20;
-
-// A trigger counts the rows each write of a last deprecated use changes: the writes, seen from the database.
-const COUNT_WRITES: Record<StoreKind['name'], string> = {
-  SQLite: `CREATE TABLE deprecated_use_writes (n INTEGER NOT NULL);
-    INSERT INTO deprecated_use_writes VALUES (0);
-    CREATE TRIGGER count_deprecated_use_writes AFTER UPDATE OF last_deprecated_use_at ON api_keys
-    BEGIN UPDATE deprecated_use_writes SET n = n + 1; END;`,
-  PostgreSQL: `CREATE TABLE deprecated_use_writes (n INTEGER NOT NULL);
-    INSERT INTO deprecated_use_writes VALUES (0);
-    CREATE FUNCTION count_deprecated_use_write() RETURNS trigger LANGUAGE plpgsql
-      AS $$ BEGIN UPDATE deprecated_use_writes SET n = n + 1; RETURN NULL; END $$;
-    CREATE TRIGGER count_deprecated_use_writes AFTER UPDATE OF last_deprecated_use_at ON api_keys
-      FOR EACH ROW EXECUTE FUNCTION count_deprecated_use_write();`,
-};
-
-/** The service on a fresh database of `kind` whose key uses are written FLUSH_MS after they are noted. */
-async function appCountingWrites(t: TestContext, kind: StoreKind) {
-  const database = await kind.createDatabase(t);
-  const clock = manualClock();
-  const store = database.open({ clock, keyUseFlushMs: FLUSH_MS });
-  await store.migrate();
-  await database.execute(COUNT_WRITES[kind.name]);
-  const app = await startApp(t, { store, clock });
-  const writes = () => database.scalar('SELECT n FROM deprecated_use_writes');
-  return { ...app, writes };
-}
 
 /** Waits until `count()` is `n`, a few seconds at most. */
 async function until(count: () => Promise<number>, n: number) {
@@ -48,7 +22,7 @@ for (const kind of storeKinds) {
     `${kind.name}: a key's last getPet call is written once a minute per instance; listPets and createPet are not deprecated uses`,
     { skip: kind.skip },
     async (t) => {
-      const app = await appCountingWrites(t, kind);
+      const app = await appCountingWrites(t, kind, 'last_deprecated_use_at', FLUSH_MS);
       const { call, clock, store, writes } = app;
       const key = async () => (await store.listKeys())[0]!;
       const pet = await addPet(app);

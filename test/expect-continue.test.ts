@@ -1,16 +1,8 @@
 import assert from 'node:assert/strict';
-import { connect, type AddressInfo } from 'node:net';
-import { test, type TestContext } from 'node:test';
-import { startApp, tempSqliteStore } from './helpers.js';
+import { connect } from 'node:net';
+import { test } from 'node:test';
+import { listeningApp } from './helpers.js';
 import { assertRawError, parseResponse } from './raw.js';
-
-/** The app on a real socket, so that Node's HTTP parser sees the bytes as sent. */
-async function listen(t: TestContext) {
-  const app = await startApp(t, { store: (await tempSqliteStore(t)).store });
-  await app.app.listen({ port: 0, host: '127.0.0.1' });
-  const { port } = app.app.server.address() as AddressInfo;
-  return { ...app, port };
-}
 
 const BODY = '{"name":"Rex","categoryId":7}';
 
@@ -40,7 +32,7 @@ function expectContinue(port: number, head: string, body?: string) {
 }
 
 test('Expect: 100-continue without a valid key gets its 401 with no 100 Continue first', async (t) => {
-  const app = await listen(t);
+  const app = await listeningApp(t);
   for (const authorization of ['', 'Authorization: Bearer psk_wrong\r\n']) {
     const { first, rest } = expectContinue(
       app.port,
@@ -56,7 +48,7 @@ test('Expect: 100-continue without a valid key gets its 401 with no 100 Continue
 });
 
 test('Expect: 100-continue with a valid key gets 100 Continue, then its 201 once the body is sent', async (t) => {
-  const app = await listen(t);
+  const app = await listeningApp(t);
   const { first, rest } = expectContinue(
     app.port,
     `POST /v1/pets HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${app.key}\r\nContent-Type: application/json\r\n` +

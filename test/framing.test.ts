@@ -1,16 +1,7 @@
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
-import { test, type TestContext } from 'node:test';
-import { startApp, tempSqliteStore } from './helpers.js';
+import { test } from 'node:test';
+import { listeningApp } from './helpers.js';
 import { assertRawError, exchange, parseResponse } from './raw.js';
-
-/** The app on a real socket, so that Node's HTTP parser sees the bytes as sent. */
-async function listen(t: TestContext) {
-  const app = await startApp(t, { store: (await tempSqliteStore(t)).store });
-  await app.app.listen({ port: 0, host: '127.0.0.1' });
-  const { port } = app.app.server.address() as AddressInfo;
-  return { ...app, port };
-}
 
 const BODY = '{"name":"Rex","categoryId":7}';
 
@@ -19,7 +10,7 @@ const post = (fields: string[], body = BODY, version = '1.1') =>
   `POST /v1/pets HTTP/${version}\r\n${fields.map((field) => `${field}\r\n`).join('')}\r\n${body}`;
 
 test('returns 400 with the Error body, and closes the connection, for a request with two Host fields', async (t) => {
-  const app = await listen(t);
+  const app = await listeningApp(t);
   for (const hosts of [
     ['Host: a', 'Host: b'],
     ['Host: a', 'host: a'],
@@ -40,7 +31,7 @@ test('returns 400 with the Error body, and closes the connection, for a request 
 });
 
 test('returns 400, not 401 nor 200, for a request with two Authorization fields, whichever comes first', async (t) => {
-  const app = await listen(t);
+  const app = await listeningApp(t);
   for (const pair of [
     [`Bearer ${app.key}`, 'Bearer psk_wrong'],
     ['Bearer psk_wrong', `Bearer ${app.key}`],
@@ -68,7 +59,7 @@ test('returns 400, not 401 nor 200, for a request with two Authorization fields,
 });
 
 test('returns 400 for Transfer-Encoding in an HTTP/1.0 request, and stores nothing', async (t) => {
-  const app = await listen(t);
+  const app = await listeningApp(t);
   const chunked = `${BODY.length.toString(16)}\r\n${BODY}\r\n0\r\n\r\n`;
   for (const encoding of ['chunked', 'identity', 'gzip, chunked']) {
     const raw = await exchange(

@@ -9,7 +9,7 @@ import type { Clock } from '../src/clock.js';
 import { loadConfig, type Config } from '../src/config.js';
 import { issueKey } from '../src/keys/cli.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
-import { freshPostgresStore, postgresSkip } from './stores.js';
+import { freshPostgresStore, postgresSkip, type StoreKind } from './stores.js';
 import type { Store } from '../src/store/store.js';
 
 /** A clock the test moves by hand. */
@@ -139,4 +139,44 @@ export function postRaw(
     headers: { 'content-type': 'application/json', ...headers },
     payload: body,
   });
+}
+
+/** SQL that counts, in a table `<column>_writes`, the updates of `column` on api_keys: the writes, seen from the database. */
+function countWritesOf(column: string): Record<StoreKind['name'], string> {
+  const table = `${column}_writes`;
+  return {
+    SQLite: `CREATE TABLE ${table} (n INTEGER NOT NULL);
+      INSERT INTO ${table} VALUES (0);
+      CREATE TRIGGER count_${table} AFTER UPDATE OF ${column} ON api_keys
+      BEGIN UPDATE ${table} SET n = n + 1; END;`,
+    PostgreSQL: `CREATE TABLE ${table} (n INTEGER NOT NULL);
+      INSERT INTO ${table} VALUES (0);
+      CREATE FUNCTION count_${table}() RETURNS trigger LANGUAGE plpgsql
+        AS $$ BEGIN UPDATE ${table} SET n = n + 1; RETURN NULL; END $$;
+      CREATE TRIGGER count_${table} AFTER UPDATE OF ${column} ON api_keys
+        FOR EACH ROW EXECUTE FUNCTION count_${table}();`,
+  };
+}
+
+/**
+ * The service on a fresh database of `kind` whose key uses are written `flushMs` after they are
+ * noted, with `writes()`: how many times `column` of api_keys was written so far.
+ */
+export async function appCountingWrites(t: TestContext, kind: StoreKind, column: string, flushMs: number) {
+  const database = await kind.createDatabase(t);
+  const clock = manualClock();
+  const store = database.open({ clock, keyUseFlushMs: flushMs });
+  await store.migrate();
+  await database.execute(countWritesOf(column)[kind.name]);
+  const app = await startApp(t, { store, clock });
+  const writes = () => database.scalar(`SELECT n FROM ${column}_writes`);
+  return { ...app, database, writes };
+}
+
+/** startApp's service on a real socket, so that Node's HTTP parser sees the bytes as sent. */
+export async function listeningApp(t: TestContext): Promise<TestApp & { port: number }> {
+  const app = await startApp(t, { store: (await tempSqliteStore(t)).store });
+  await app.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.app.server.address() as { port: number };
+  return { ...app, port };
 }

@@ -1,38 +1,12 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import { issueKey } from '../src/keys/cli.js';
 import { batchKeyUses, KEY_USE_WRITE_MS, type KeyUse } from '../src/store/key-uses.js';
-import { manualClock, startApp } from './helpers.js';
-import { storeKinds, type StoreKind } from './stores.js';
+import { appCountingWrites } from './helpers.js';
+import { storeKinds } from './stores.js';
 
 const FLUSH_MS = 20;
-
-// A trigger counts the rows each write of a last use changes: the writes, seen from the database.
-const COUNT_WRITES: Record<StoreKind['name'], string> = {
-  SQLite: `CREATE TABLE key_use_writes (n INTEGER NOT NULL);
-    INSERT INTO key_use_writes VALUES (0);
-    CREATE TRIGGER count_key_use_writes AFTER UPDATE OF last_used_at ON api_keys
-    BEGIN UPDATE key_use_writes SET n = n + 1; END;`,
-  PostgreSQL: `CREATE TABLE key_use_writes (n INTEGER NOT NULL);
-    INSERT INTO key_use_writes VALUES (0);
-    CREATE FUNCTION count_key_use_write() RETURNS trigger LANGUAGE plpgsql
-      AS $$ BEGIN UPDATE key_use_writes SET n = n + 1; RETURN NULL; END $$;
-    CREATE TRIGGER count_key_use_writes AFTER UPDATE OF last_used_at ON api_keys
-      FOR EACH ROW EXECUTE FUNCTION count_key_use_write();`,
-};
-
-/** The service on a fresh database of `kind` whose key uses are written FLUSH_MS after they are noted. */
-async function appCountingWrites(t: TestContext, kind: StoreKind) {
-  const database = await kind.createDatabase(t);
-  const clock = manualClock();
-  const store = database.open({ clock, keyUseFlushMs: FLUSH_MS });
-  await store.migrate();
-  await database.execute(COUNT_WRITES[kind.name]);
-  const app = await startApp(t, { store, clock });
-  const writes = () => database.scalar('SELECT n FROM key_use_writes');
-  return { ...app, database, writes };
-}
 
 /** Waits until `count()` is `n`, a few seconds at most. */
 async function until(count: () => Promise<number>, n: number) {
@@ -52,7 +26,7 @@ for (const kind of storeKinds) {
     `${kind.name}: a key's last use is written once a minute per instance, not once a request`,
     { skip: kind.skip },
     async (t) => {
-      const { call, clock, store, writes } = await appCountingWrites(t, kind);
+      const { call, clock, store, writes } = await appCountingWrites(t, kind, 'last_used_at', FLUSH_MS);
       const { id } = (await store.listKeys())[0]!;
       const t0 = clock.now();
       for (let i = 0; i < 30; i++) assert.equal((await call({ url: '/v1/pets' })).statusCode, 200);
@@ -76,7 +50,7 @@ for (const kind of storeKinds) {
     `${kind.name}: requests go on while the last use cannot be written, and it is written once it can`,
     { skip: kind.skip },
     async (t) => {
-      const { app, clock, store, database, writes } = await appCountingWrites(t, kind);
+      const { app, clock, store, database, writes } = await appCountingWrites(t, kind, 'last_used_at', FLUSH_MS);
       const keys = await Promise.all(['a', 'b', 'c'].map((name) => issueKey(store, name)));
       const release = await database.blockWrites('api_keys');
       let released = false;
