@@ -82,7 +82,9 @@ function listenError(config: Config, error: unknown): StartupError {
  * nothing (no new file, no migration); the caller closes it right before the service listens.
  */
 async function holdAddress(config: Config): Promise<Server> {
-  const holder = createServer();
+  // A client that connects meanwhile (a health probe) is let go at once: close() waits for
+  // every open connection, and the start must not wait for a client.
+  const holder = createServer((socket) => socket.destroy());
   try {
     await new Promise<void>((resolve, reject) => {
       holder.once('error', reject);
