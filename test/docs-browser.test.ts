@@ -62,12 +62,12 @@ test(
     const loaded = await page.goto(`${base}/docs`, { waitUntil: 'networkidle' });
     assert.equal(loaded?.status(), 200);
     for (const operation of ['listPets', 'createPet', 'getPet']) {
-      await page.locator(`#operations-default-${operation}`).waitFor({ timeout: 10_000 });
+      await page.locator(`#operations-pets-${operation}`).waitFor({ timeout: 10_000 });
     }
     assert.equal(await page.locator('.opblock').count(), 3, 'exactly the three operations are listed');
     assert.equal(await page.locator('.opblock-deprecated').count(), 1);
     assert.equal(
-      await page.locator('#operations-default-getPet.opblock-deprecated').count(),
+      await page.locator('#operations-pets-getPet.opblock-deprecated').count(),
       1,
       'getPet is deprecated',
     );
@@ -78,7 +78,7 @@ test(
     await page.locator('.modal-ux .auth-btn-wrapper button.authorize').click();
     await page.locator('.modal-ux .auth-btn-wrapper button.btn-done').click();
 
-    const listPets = page.locator('#operations-default-listPets');
+    const listPets = page.locator('#operations-pets-listPets');
     await listPets.locator('.opblock-summary').click();
     const tryItOut = listPets.locator('.try-out__btn');
     if ((await tryItOut.textContent())?.trim() === 'Try it out') await tryItOut.click();
@@ -103,7 +103,7 @@ test(
 
     // createPet from the page: the example is a real animal, and an int64 past 2^53 goes out
     // and comes back digit for digit.
-    const createPet = page.locator('#operations-default-createPet');
+    const createPet = page.locator('#operations-pets-createPet');
     await createPet.locator('.opblock-summary').click();
     const tryCreate = createPet.locator('.try-out__btn');
     if ((await tryCreate.textContent())?.trim() === 'Try it out') await tryCreate.click();
