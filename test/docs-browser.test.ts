@@ -66,11 +66,7 @@ test(
     }
     assert.equal(await page.locator('.opblock').count(), 3, 'exactly the three operations are listed');
     assert.equal(await page.locator('.opblock-deprecated').count(), 1);
-    assert.equal(
-      await page.locator('#operations-pets-getPet.opblock-deprecated').count(),
-      1,
-      'getPet is deprecated',
-    );
+    assert.equal(await page.locator('#operations-pets-getPet.opblock-deprecated').count(), 1, 'getPet is deprecated');
 
     // Authorize with the API key, as a reader would.
     await page.locator('.auth-wrapper .authorize').click();
