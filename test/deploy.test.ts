@@ -2,12 +2,11 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { get as httpsGet } from 'node:https';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { childEnv, startServer } from './process.js';
+import { childEnv, freePort, startServer } from './process.js';
 
 const ROOT = new URL('..', import.meta.url).pathname.replace(/\/$/, '');
 const UNIT = readFileSync(join(ROOT, 'deploy/petstore.service'), 'utf8');
@@ -151,15 +150,6 @@ test('nginx -t accepts the example, with a self-signed certificate', { skip: mis
   assert.match(run.stderr, /test is successful/);
   assert.doesNotMatch(run.stderr, /\[(warn|emerg)\]/);
 });
-
-/** A TCP port nothing listens on at the moment. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** GET over https with the test's certificate authority, as a client of api.example.com. */
 function getTls(port: number, path: string, ca: string) {

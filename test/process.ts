@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer, type AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
 
 // The built command, as it is deployed: `npm test` builds it first (the `pretest` script).
@@ -109,4 +110,13 @@ export function startServer(t: TestContext, env: Record<string, string>, timeout
       reject(new Error(`serve exited with ${code} before listening:\n${stdout}\n${stderr}`));
     });
   });
+}
+
+/** A TCP port on 127.0.0.1 nothing listens on at the moment. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
 }

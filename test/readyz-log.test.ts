@@ -1,47 +1,9 @@
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
-import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { PostgresProxy } from './pg-proxy.js';
 import { childEnv, startServer } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
-
-/** A TCP proxy on 127.0.0.1 in front of PostgreSQL, that the test cuts (refused) and restores. */
-class Cut {
-  port = 0;
-  private server: Server | undefined;
-  private readonly sockets = new Set<Socket>();
-
-  constructor(private readonly target: URL) {}
-
-  async open(): Promise<void> {
-    const server = createServer((client) => {
-      const upstream = connect(Number(this.target.port || 5432), this.target.hostname);
-      for (const socket of [client, upstream]) {
-        this.sockets.add(socket);
-        socket.on('error', () => {});
-        socket.on('close', () => {
-          client.destroy();
-          upstream.destroy();
-          this.sockets.delete(socket);
-        });
-      }
-      client.pipe(upstream);
-      upstream.pipe(client);
-    });
-    server.listen(this.port, '127.0.0.1');
-    await once(server, 'listening');
-    this.port = (server.address() as AddressInfo).port;
-    this.server = server;
-  }
-
-  async close(): Promise<void> {
-    const server = this.server;
-    this.server = undefined;
-    for (const socket of this.sockets) socket.destroy();
-    if (server) await new Promise((resolve) => server.close(resolve));
-  }
-}
 
 interface LogLine {
   level: number;
@@ -56,9 +18,9 @@ test(
   { skip: postgresSkip, timeout: 120_000 },
   async (t) => {
     const url = new URL(await createPostgresSchema(t));
-    const cut = new Cut(new URL(url));
-    await cut.open();
-    t.after(() => cut.close());
+    const cut = new PostgresProxy(url.hostname, Number(url.port || 5432));
+    await cut.start();
+    t.after(() => cut.stop());
     url.port = String(cut.port);
     const env = childEnv(t, { DATABASE_URL: url.href });
     const server = await startServer(t, env, 60_000);
@@ -67,9 +29,9 @@ test(
     const ready = async () => (await fetch(`${server.url}/readyz`)).status;
 
     assert.equal(await ready(), 200);
-    await cut.close();
+    await cut.stop();
     for (let i = 0; i < 4; i++) assert.equal(await ready(), 503);
-    await cut.open();
+    await cut.start();
     // The pool opens a new connection on the next call; a few tries, bounded.
     let status = 503;
     for (let i = 0; i < 50 && status !== 200; i++) {

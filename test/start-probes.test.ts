@@ -1,18 +1,9 @@
 import assert from 'node:assert/strict';
-import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { childEnv, startServer } from './process.js';
+import { childEnv, freePort, startServer } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
-
-/** A port no one listens on right now. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 // On PostgreSQL, whose migrations take a few round trips: probes meet the start while it migrates.
 test(
