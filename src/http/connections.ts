@@ -164,10 +164,7 @@ export function capConnections(
   };
   const start = (connection: Connection, request: IncomingMessage, response: ServerResponse) => {
     connection.current = [request, response];
-    let done = false;
     const next = () => {
-      if (done) return;
-      done = true;
       connection.current = undefined;
       const following = connection.waiting.shift();
       if (connection.held && connection.waiting.length <= PIPELINE_HOLD / 2) {
@@ -176,8 +173,8 @@ export function capConnections(
       }
       if (following) start(connection, ...following);
     };
-    // 'finish': the whole answer is in the kernel's hands; 'close': it never will be.
-    response.once('finish', next);
+    // A response closes once the whole answer is in the kernel's hands, or when it never will be:
+    // one listener serves both.
     response.once('close', next);
     pass(request, response);
   };
