@@ -1,6 +1,7 @@
 import {
   closeSync,
   constants,
+  existsSync,
   fstatSync,
   fsyncSync,
   linkSync,
@@ -177,12 +178,13 @@ export async function backupSqlite(
   const path = resolve(target);
   if (path === resolve(source)) throw new OperationRefused(`${path} is the database itself; name another file.`);
   if (!force && lstatIfAny(path)) throw new OperationRefused(`${path} already exists; add --force to replace it.`);
-  if (!lstatIfAny(source))
+  if (!existsSync(source))
     throw new OperationRefused(
       `the SQLite database ${resolve(source)} (PETSTORE_DB) does not exist: there is nothing to back up.`,
     );
   const copy = createPrivateCopy(path, 'backup');
   try {
+    refuseStrangers(copy, 'backup');
     let pets: number;
     const db = new Database(source, { fileMustExist: true });
     try {
@@ -497,7 +499,7 @@ export async function restoreSqlite(
   shownTarget = resolve(target),
 ): Promise<CheckedCopy & { path: string }> {
   const from = resolve(source);
-  if (!lstatIfAny(from) || !statSync(from).isFile()) throw new OperationRefused(`${from} does not exist.`);
+  if (!existsSync(from) || !statSync(from).isFile()) throw new OperationRefused(`${from} does not exist.`);
   const to = fileToReplace(resolve(target), shownTarget);
   const current = lstatIfAny(to);
   if (from === to || (current && sameFile(statSync(from), current))) {
