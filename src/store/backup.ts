@@ -98,8 +98,11 @@ function createPrivateCopy(target: string, purpose: string): PrivateCopy {
 
 /** Closes the temporary file and removes the private folder with whatever is in it. */
 function removePrivateCopy(copy: PrivateCopy) {
-  closeSync(copy.fd);
-  rmSync(copy.folder, { recursive: true, force: true });
+  try {
+    closeSync(copy.fd);
+  } finally {
+    rmSync(copy.folder, { recursive: true, force: true });
+  }
 }
 
 /**
