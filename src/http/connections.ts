@@ -44,6 +44,26 @@ export interface ConnectionCaps {
 
 type RequestListener = (request: IncomingMessage, response: ServerResponse) => void;
 
+/**
+ * Gives `response` its connection's socket if node:http has not: the answer to a CONNECT
+ * (routeEveryRequest), whose turn comes once every answer before it on the connection is done,
+ * when the socket carries none. False, and the socket destroyed, when it cannot take the answer
+ * (closed, or still carrying another: never thrown, which would stop the process).
+ */
+function handOver(socket: Socket, response: ServerResponse): boolean {
+  if (response.socket !== null) return true;
+  if (!socket.destroyed && socket.writable) {
+    try {
+      response.assignSocket(socket);
+      return true;
+    } catch {
+      // ERR_HTTP_SOCKET_ASSIGNED: the answer before it is still on the socket.
+    }
+  }
+  socket.destroy();
+  return false;
+}
+
 interface Connection {
   group: string;
   mine: Set<Socket> | undefined;
@@ -57,6 +77,36 @@ interface Connection {
   since: number;
   /** Answered 408 for a stalled body: destroyed at the next check if the answer could not be flushed. */
   ending: boolean;
+  /** What afterAnswers runs once the answers it waits for are handed over. */
+  then: (() => void) | undefined;
+}
+
+/** Every open connection's record, for afterAnswers. */
+const records = new WeakMap<Socket, Connection>();
+
+/**
+ * Runs `then` once every request received whole on `socket` so far is answered (handed to the
+ * kernel), at once when none waits; never if the connection closes first. For node:http's
+ * parser errors and timeouts (the clientError event), whose answer written at once to the
+ * socket would land before, or inside, answers still on their way: it goes after them, in turn
+ * (RFC 9112 section 9.3.2). The request being received when the error came (a body cut short)
+ * is left unanswered by the app: `then` answers it. When that request has been answered
+ * already (an early 401 while its body was arriving), the connection is closed after that
+ * answer instead, and `then` does not run: a request gets one answer.
+ */
+export function afterAnswers(socket: Socket, then: () => void): void {
+  const connection = records.get(socket);
+  if (connection === undefined || connection.current === undefined) return then();
+  if (connection.then !== undefined) return;
+  connection.waiting = connection.waiting.filter(([request]) => request.complete);
+  const [request, response] = connection.current;
+  if (request.complete || connection.waiting.length > 0) {
+    connection.then = then;
+  } else if (response.headersSent) {
+    connection.then = () => socket.destroy();
+  } else {
+    then();
+  }
 }
 
 /** Bytes the connection read, plus those of its answers the kernel took (what is still queued in the process is left out). */
@@ -146,8 +196,10 @@ export function capConnections(
       seen: 0,
       since: 0,
       ending: false,
+      then: undefined,
     };
     open.set(socket, connection);
+    records.set(socket, connection);
     socket.once('close', () => forget(socket));
     // node:http resumes reading when an answer is done; a held connection stops again at once.
     socket.on('resume', () => {
@@ -164,6 +216,7 @@ export function capConnections(
   };
   const start = (connection: Connection, request: IncomingMessage, response: ServerResponse) => {
     connection.current = [request, response];
+    if (!handOver(request.socket, response)) return;
     const next = () => {
       connection.current = undefined;
       const following = connection.waiting.shift();
@@ -172,6 +225,7 @@ export function capConnections(
         request.socket.resume();
       }
       if (following) start(connection, ...following);
+      else if (connection.then !== undefined && !request.socket.destroyed) connection.then();
     };
     // A response closes once the whole answer is in the kernel's hands, or when it never will be:
     // one listener serves both.
@@ -183,7 +237,7 @@ export function capConnections(
     // The rest of a read that follows a request that closed its connection.
     if (socket.destroyed) return;
     const connection = open.get(socket);
-    if (!connection) return pass(request, response);
+    if (!connection) return void (handOver(socket, response) && pass(request, response));
     if (connection.current === undefined) return start(connection, request, response);
     if (connection.waiting.length >= PIPELINE_LIMIT) return close(socket, 'pipeline_depth');
     connection.waiting.push([request, response]);
