@@ -81,6 +81,22 @@ interface Connection {
   then: (() => void) | undefined;
 }
 
+/**
+ * Closes `socket` with a reset (RST) rather than a FIN, for the connections the service closes
+ * for its limits (docs/hardening.md#connections): the kernel then drops what it still holds of
+ * their answers at once, where after a FIN it keeps it, for a client that may never read it,
+ * until it gives up.
+ */
+function reset(socket: Socket): void {
+  if (socket.destroyed) return;
+  try {
+    socket.resetAndDestroy();
+  } catch {
+    // Not a TCP socket: it has no reset to send.
+    socket.destroy();
+  }
+}
+
 /** Every open connection's record, for afterAnswers. */
 const records = new WeakMap<Socket, Connection>();
 
@@ -158,7 +174,8 @@ export function capConnections(
   };
   const close = (socket: Socket, reason: CloseReason) => {
     forget(socket);
-    socket.destroy();
+    if (reason === 'silent_evicted') socket.destroy();
+    else reset(socket);
     onClose(reason);
   };
   // The oldest connection of `among` that has sent nothing yet, other than `spare`, is closed.
@@ -253,7 +270,7 @@ export function capConnections(
     for (const [socket, connection] of open) {
       if (connection.ending) {
         forget(socket);
-        socket.destroy();
+        reset(socket);
         continue;
       }
       const seen = progressOf(socket);
@@ -267,9 +284,9 @@ export function capConnections(
           close(socket, 'no_progress');
         } else {
           // A body that stopped arriving: the 408 a request timeout would send, then the
-          // connection is destroyed once it is flushed (or at the next check).
+          // connection is reset once it is flushed (or at the next check).
           connection.ending = true;
-          answerClientError(stalledBody, socket);
+          answerClientError(stalledBody, socket, undefined, reset);
           onClose('no_progress');
         }
       }
