@@ -4,6 +4,7 @@ import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import fc from 'fast-check';
+import { PIPELINE_LIMIT } from '../src/http/connections.js';
 import { childEnv, startServer, type Server } from './process.js';
 import { parseResponses } from './raw.js';
 
@@ -118,6 +119,8 @@ const requests: fc.Arbitrary<Request> = fc.oneof(
     { method: 'DELETE', text: 'DELETE /v1/pets/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer KEY\r\n\r\n' },
     { method: 'BREW', text: 'BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n' },
     { method: 'GET', text: 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n' },
+    { method: 'GET', text: 'GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n' },
+    { method: 'GET', text: 'GET /healthz\r\nHost: x\r\n\r\n' },
   ),
   fc
     .tuple(fc.boolean(), fc.boolean())
@@ -126,8 +129,16 @@ const requests: fc.Arbitrary<Request> = fc.oneof(
   fc.integer({ min: 1, max: body.length - 1 }).map((half) => ({ method: 'POST', text: chunked(half) })),
 );
 
+/** One request, or a run past the pipelining limit (PIPELINE_LIMIT). */
+const runs = fc.oneof(
+  { weight: 20, arbitrary: requests.map((request) => [request]) },
+  fc.constant(
+    Array<Request>(PIPELINE_LIMIT + 6).fill({ method: 'GET', text: 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n' }),
+  ),
+);
+
 const sequences = fc.record({
-  requests: fc.array(requests, { minLength: 1, maxLength: 6 }),
+  requests: fc.array(runs, { minLength: 1, maxLength: 6 }).map((parts) => parts.flat()),
   // Where the bytes are split into writes (fractions of their length), and the pause after each.
   splits: fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 4 }),
   pausesMs: fc.array(fc.integer({ min: 0, max: 30 }), { minLength: 5, maxLength: 5 }),

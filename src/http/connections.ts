@@ -9,7 +9,7 @@ export type CloseReason =
   | 'slow_reader'
   /** Its request's body stopped arriving for PETSTORE_STALL_TIMEOUT_MS (answered 408). */
   | 'no_progress'
-  /** More than PIPELINE_LIMIT requests waited on it for their answers. */
+  /** More than PIPELINE_LIMIT requests waited on it for their answers (closed after those admitted). */
   | 'pipeline_depth'
   /** It had sent nothing yet, and made room for a new connection. */
   | 'silent_evicted'
@@ -24,8 +24,9 @@ export const PIPELINE_HOLD = 16;
 /**
  * Most requests one connection may have waiting behind the one being answered. Node parses a
  * whole read (up to 64 KiB, over a thousand small requests) at once, so stopping the reading
- * cannot stop a read already made; requests past this are never answered: the connection is
- * closed, and RFC 9112 section 9.3.2 has the client retry them on a new one.
+ * cannot stop a read already made; requests past this are never answered: those admitted are,
+ * then the connection is closed, and RFC 9112 section 9.3.2 has the client retry the others on
+ * a new one.
  */
 export const PIPELINE_LIMIT = 64;
 
@@ -72,6 +73,8 @@ interface Connection {
   waiting: [IncomingMessage, ServerResponse][];
   /** True while its reading is stopped for too many waiting requests. */
   held: boolean;
+  /** True once more than PIPELINE_LIMIT waited: its reading stopped for good, it closes after the answers it admitted. */
+  full: boolean;
   /** Bytes read plus bytes the kernel took, at the last check, and when it last changed or the connection last waited on nothing from its client. */
   seen: number;
   since: number;
@@ -147,9 +150,10 @@ const stalledBody = Object.assign(new Error('Request body stalled'), { code: 'ER
  * A connection's requests are let through to the app one at a time: the next when the answer
  * before it has been handed to the kernel. So one connection never holds more than one answer
  * in the process, however many requests it pipelines; with PIPELINE_HOLD requests waiting, its
- * reading stops until they are answered, and past PIPELINE_LIMIT it is closed. A
- * connection that waits on its client (answers unread, a body not arriving) and makes no
- * progress for `stallTimeoutMs` is closed, checked every second at most. One that sends
+ * reading stops until they are answered, and past PIPELINE_LIMIT it stops for good: the
+ * connection is closed once those admitted are answered. A connection that waits on its client
+ * (answers unread, a body not arriving) and makes no progress for `stallTimeoutMs` is reset,
+ * checked every second at most. One that sends
  * nothing meets the header timeout instead. Only open connections are remembered.
  */
 export function capConnections(
@@ -173,10 +177,24 @@ export function capConnections(
     if (entry.mine?.size === 0) byGroup.delete(entry.group);
   };
   const close = (socket: Socket, reason: CloseReason) => {
+    // One already counted for its depth is not counted again when it stalls.
+    const counted = open.get(socket)?.full === true;
     forget(socket);
     if (reason === 'silent_evicted') socket.destroy();
     else reset(socket);
-    onClose(reason);
+    if (!counted) onClose(reason);
+  };
+  // Past the limit, reading stops for good and the requests admitted are answered, the last with
+  // `Connection: close`, after which node:http closes the connection (RFC 9112 section 9.6). The
+  // requests read past the limit never reach the app: the client retries them on a new
+  // connection (RFC 9112 section 9.3.2). One that does not read its answers is reset when it
+  // stalls, as any other.
+  const refusePast = (connection: Connection, socket: Socket) => {
+    connection.full = true;
+    connection.held = true;
+    socket.pause();
+    connection.waiting.at(-1)?.[1].setHeader('connection', 'close');
+    onClose('pipeline_depth');
   };
   // The oldest connection of `among` that has sent nothing yet, other than `spare`, is closed.
   const closeOldestSilent = (among: Iterable<Socket>, spare: Socket): boolean => {
@@ -210,6 +228,7 @@ export function capConnections(
       current: undefined,
       waiting: [],
       held: false,
+      full: false,
       seen: 0,
       since: 0,
       ending: false,
@@ -237,7 +256,7 @@ export function capConnections(
     const next = () => {
       connection.current = undefined;
       const following = connection.waiting.shift();
-      if (connection.held && connection.waiting.length <= PIPELINE_HOLD / 2) {
+      if (connection.held && !connection.full && connection.waiting.length <= PIPELINE_HOLD / 2) {
         connection.held = false;
         request.socket.resume();
       }
@@ -256,7 +275,8 @@ export function capConnections(
     const connection = open.get(socket);
     if (!connection) return void (handOver(socket, response) && pass(request, response));
     if (connection.current === undefined) return start(connection, request, response);
-    if (connection.waiting.length >= PIPELINE_LIMIT) return close(socket, 'pipeline_depth');
+    if (connection.full) return;
+    if (connection.waiting.length >= PIPELINE_LIMIT) return refusePast(connection, socket);
     connection.waiting.push([request, response]);
     if (connection.waiting.length >= PIPELINE_HOLD && !connection.held) {
       connection.held = true;
