@@ -164,6 +164,26 @@ for (const halfClosed of [false, true]) {
   });
 }
 
+test('a client that reads none of its answers, all taken by the kernel, is reset at the keep-alive timeout: the kernel keeps nothing of them', async (t) => {
+  const app = await listen(t, { PETSTORE_KEEP_ALIVE_TIMEOUT_MS: '500' });
+  const { socket, closed } = open(t, app.port);
+  socket.pause();
+  // 15 answers of 47 KB: all in the kernel's buffers, so the service is left waiting on nothing.
+  socket.write('GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(15));
+  const started = performance.now();
+  for (;;) {
+    const open = await new Promise<number>((resolve) => app.app.server.getConnections((_, n) => resolve(n)));
+    if (open === 0) break;
+    assert.ok(performance.now() - started < 5_000, 'still open 5 s after its requests');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  const orphans = orphansOf(app.port);
+  if (orphans === undefined) t.diagnostic('ss is not installed here: the kernel side is not checked');
+  else assert.deepEqual(orphans, []);
+  socket.resume();
+  assert.equal((await closed).ending, 'ECONNRESET');
+});
+
 test(`pipelined requests are answered in order; a connection with more than ${PIPELINE_LIMIT} waiting is closed`, async (t) => {
   const app = await listen(t);
   for (const name of ['A', 'B', 'C']) {

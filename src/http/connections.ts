@@ -162,6 +162,10 @@ export function capConnections(
 ): void {
   server.maxConnections = max;
   server.on('drop', () => onClose('server_full'));
+  // An idle keep-alive connection is closed after PETSTORE_KEEP_ALIVE_TIMEOUT_MS (node:http's
+  // socket timeout, which this listener takes over) with a reset too: answers the client never
+  // read may still fill the kernel's buffers, and a reset is the same "closed" to a pool.
+  server.on('timeout', reset);
   const proxies = blockListOf(trusted);
   const isProxy = (address: string) =>
     trusted.length > 0 && proxies.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4');
