@@ -184,7 +184,9 @@ test('no sequence of requests on one connection stops the service, and every ans
   );
   t.diagnostic(`${runs} sequences, ${answers} answers: ${JSON.stringify(Object.fromEntries(statuses))}`);
   assert.ok(runs >= 30, `only ${runs} sequences within the time limit`);
-  assert.ok(statuses.has(200) && statuses.has(404) && statuses.has(405), 'the sequences reached the routes');
+  // The sequences reach the routes and their refusals, not only the parser's.
+  assert.ok(statuses.has(200) && statuses.has(201) && statuses.has(401), JSON.stringify(Object.fromEntries(statuses)));
+  assert.ok(answers > runs / 2, `${answers} answers to ${runs} sequences`);
   assert.equal(server.child.exitCode, null);
 });
 

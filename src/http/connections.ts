@@ -153,8 +153,8 @@ const stalledBody = Object.assign(new Error('Request body stalled'), { code: 'ER
  * reading stops until they are answered, and past PIPELINE_LIMIT it stops for good: the
  * connection is closed once those admitted are answered. A connection that waits on its client
  * (answers unread, a body not arriving) and makes no progress for `stallTimeoutMs` is reset,
- * checked every second at most. One that sends
- * nothing meets the header timeout instead. Only open connections are remembered.
+ * checked every second at most. One that sends nothing meets the header timeout instead. Only
+ * open connections are remembered.
  */
 export function capConnections(
   server: Server,
@@ -176,6 +176,7 @@ export function capConnections(
     const entry = open.get(socket);
     if (!entry) return;
     open.delete(socket);
+    records.delete(socket);
     entry.waiting.length = 0;
     entry.mine?.delete(socket);
     if (entry.mine?.size === 0) byGroup.delete(entry.group);

@@ -20,10 +20,11 @@ const unspokenVersion = (version: string) =>
   );
 
 /**
- * The 400 a request's framing earns, if any: an HTTP version other than 1.0 and 1.1, two Host fields (RFC 9112 section 3.2), two
- * Authorization fields (a singleton: RFC 9110 section 5.3; which one would count is anyone's
- * guess), or Transfer-Encoding in HTTP/1.0, which does not define it (RFC 9112 section 6.1).
- * Node keeps the first of duplicated singletons in `headers`; `rawHeaders` has them all.
+ * The 400 a request's framing earns, if any: an HTTP version other than 1.0 and 1.1, two Host
+ * fields (RFC 9112 section 3.2), two Authorization fields (a singleton: RFC 9110 section 5.3;
+ * which one would count is anyone's guess), or Transfer-Encoding in HTTP/1.0, which does not
+ * define it (RFC 9112 section 6.1). Node keeps the first of duplicated singletons in `headers`;
+ * `rawHeaders` has them all.
  */
 export function framingError(raw: IncomingMessage): ApiError | undefined {
   // Node's parser also takes HTTP/2.0, and a request line with no version as HTTP/0.9: neither
