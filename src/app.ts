@@ -6,6 +6,7 @@ import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
 import { auth } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
+import { afterAnswers } from './http/connections.js';
 import { registerDocs } from './http/docs.js';
 import { hardening } from './http/hardening.js';
 import { registerHealth } from './http/health.js';
@@ -77,8 +78,11 @@ export async function buildApp({
     // Idle keep-alive connections hold a slot: 5 s by default, like Node's own (docs/hardening.md).
     keepAliveTimeout: config.keepAliveTimeoutMs,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
+    // After the answers still on their way on the connection: written at once, it would corrupt them.
     clientErrorHandler: (error, socket) =>
-      answerClientError(error, socket, socket.remoteAddress ? limits.peekRefused(socket.remoteAddress) : undefined),
+      afterAnswers(socket, () =>
+        answerClientError(error, socket, socket.remoteAddress ? limits.peekRefused(socket.remoteAddress) : undefined),
+      ),
     // Requests the router refuses (a malformed percent-encoding) meet no hook: they get the
     // Error body, the security fields, the request id, the count and the log line here.
     frameworkErrors: (error, request, reply) => {

@@ -108,7 +108,17 @@ export function toApiError(error: FastifyError | ApiError): ApiError {
 export function handleError(error: FastifyError | ApiError, request: FastifyRequest, reply: FastifyReply) {
   const apiError = toApiError(error);
   if (apiError.status >= 500) request.log.error({ err: error }, 'request failed');
+  // An answer given before the body has arrived (a 401, 405, 413…) closes the connection after
+  // it (RFC 9112 section 9.6): the rest of the body is never read, so no second answer (a 408
+  // for a body that stopped coming) can follow on it.
+  if (request.raw.complete === false && bodyFollows(request)) reply.header('connection', 'close');
   return reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody());
+}
+
+/** True when the request announces a body (RFC 9112 section 6.3). */
+function bodyFollows({ headers }: FastifyRequest): boolean {
+  const length = headers['content-length'];
+  return headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
 }
 
 export function handleNotFound(_request: FastifyRequest, reply: FastifyReply) {

@@ -76,6 +76,21 @@ test('the systemd unit runs the installed bin as its own user, hardened, and sto
   ]) {
     assert.equal(one(key!), value, key);
   }
+  // Restarts bounded (docs/operations.md#if-the-process-stops): a process that fails at every
+  // start reaches the start limit within its interval, one that fails every 20 s never does.
+  const unitOne = (key: string) => {
+    const values = valuesOf(unit.get('Unit'), key);
+    assert.equal(values.length, 1, `${key} is set once, in [Unit]`);
+    return Number(values[0]);
+  };
+  const interval = unitOne('StartLimitIntervalSec');
+  const burst = unitOne('StartLimitBurst');
+  const restartSec = Number(one('RestartSec'));
+  assert.ok(restartSec >= 1 && restartSec <= 5, `RestartSec=${restartSec}`);
+  assert.ok(burst * restartSec < interval, 'quick failures reach the start limit within its interval');
+  assert.ok(interval / burst >= 20, 'a failure every 20 s never reaches the start limit');
+  assert.deepEqual(valuesOf(service, 'StartLimitIntervalSec'), []);
+  assert.deepEqual(valuesOf(service, 'StartLimitBurst'), []);
   // server.ts drains for 10 s at most before it exits: systemd must wait longer than that.
   assert.ok(Number(one('TimeoutStopSec')) > 10, 'TimeoutStopSec above the 10 s drain');
   // V8 makes the pages it compiles into writable, then executable: Node.js aborts under it.

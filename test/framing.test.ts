@@ -106,3 +106,21 @@ test('returns 400 for Transfer-Encoding in an HTTP/1.0 request, and stores nothi
   );
   assert.equal(parseResponse(chunked11).statusLine, 'HTTP/1.1 201 Created');
 });
+
+test('returns 400 with the Error body, and closes the connection, for a request line with HTTP/2.0 or no version', async (t) => {
+  const app = await listeningApp(t);
+  for (const [line, mention] of [
+    ['GET /healthz HTTP/2.0', 'HTTP/2.0'],
+    ['GET /healthz', 'no HTTP version'],
+    ['GET /healthz HTTP/0.9', 'HTTP/0.9'],
+  ] as const) {
+    const raw = await exchange(app.port, `${line}\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`);
+    const response = assertRawError(raw, 'HTTP/1.1 400 Bad Request', 'invalid_request', 400);
+    assert.ok(response.body.includes(mention), response.body);
+    assert.equal(response.headers.get('connection'), 'close');
+    // Nothing after it: the request behind it is not answered.
+    assert.equal(raw.split('HTTP/1.1 ').length - 1, 1);
+  }
+  const ok = await exchange(app.port, 'GET /healthz HTTP/1.0\r\n\r\n');
+  assert.match(ok, /^HTTP\/1\.1 200 OK\r\n/);
+});

@@ -169,7 +169,7 @@ test('clients that pipeline requests and never read the answers are closed after
   assert.ok((await servedAfter(port, 1_000)) < 1_000);
 });
 
-test('a client that pipelines 2,000 requests in one write is closed once 64 wait behind the first; RSS stays bounded', async (t) => {
+test('a client that pipelines 2,000 requests in one write is answered up to 64 waiting behind the first, then closed; RSS stays bounded', async (t) => {
   // Answering every request of the read at once, the service grew by about 11 MiB per such client.
   const { port, key, pid } = await serve(t, SLOTS);
   assert.equal(await answerTo(port, WARM_UP), 'HTTP/1.1 200 OK');

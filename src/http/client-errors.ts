@@ -21,24 +21,31 @@ function errorFor(code: string | undefined): ApiError {
  * Answers requests Node's HTTP parser refuses before any route runs (oversized headers,
  * unknown methods, malformed requests, timeouts) with the contract's Error body, and `fields`:
  * the `"refused-keys"` RateLimit fields of the peer's address (RateLimits.peekRefused), when
- * that limit is on.
+ * that limit is on. The connection is closed once the answer is flushed: with `reset`, when given,
+ * else with a FIN.
  */
-export function answerClientError(error: Error & { code?: string }, socket: Socket, fields?: RateFields): void {
+export function answerClientError(
+  error: Error & { code?: string },
+  socket: Socket,
+  fields?: RateFields,
+  reset?: (socket: Socket) => void,
+): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const apiError = errorFor(error.code);
   const body = JSON.stringify(apiError.toBody());
   if (!socket.writable) return void socket.destroy();
+  const answer =
+    `HTTP/1.1 ${apiError.status} ${STATUS_CODES[apiError.status]}\r\n` +
+    'Content-Type: application/json; charset=utf-8\r\n' +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+    `${NO_STORE[0]}: ${NO_STORE[1]}\r\n` +
+    `${NOSNIFF[0]}: ${NOSNIFF[1]}\r\n` +
+    (fields ? `RateLimit-Policy: ${fields['ratelimit-policy']}\r\nRateLimit: ${fields.ratelimit}\r\n` : '') +
+    'Connection: close\r\n\r\n' +
+    body;
+  // A reset must not follow a FIN: written, then reset once flushed.
+  if (reset) return void socket.write(answer, () => reset(socket));
   // Destroyed once the answer is flushed: after a mere end() the socket would wait, holding its
   // slot, for a client that may never close its side.
-  socket.end(
-    `HTTP/1.1 ${apiError.status} ${STATUS_CODES[apiError.status]}\r\n` +
-      'Content-Type: application/json; charset=utf-8\r\n' +
-      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-      `${NO_STORE[0]}: ${NO_STORE[1]}\r\n` +
-      `${NOSNIFF[0]}: ${NOSNIFF[1]}\r\n` +
-      (fields ? `RateLimit-Policy: ${fields['ratelimit-policy']}\r\nRateLimit: ${fields.ratelimit}\r\n` : '') +
-      'Connection: close\r\n\r\n' +
-      body,
-    () => socket.destroy(),
-  );
+  socket.end(answer, () => socket.destroy());
 }

@@ -12,13 +12,24 @@ const missingHost = () => new ApiError('invalid_request', 'The request is not va
 // smuggling): its connection is closed after the answer.
 const badFraming = (message: string) => new ApiError('invalid_request', message, { connection: 'close' });
 
+const unspokenVersion = (version: string) =>
+  badFraming(
+    version === '0.9'
+      ? 'The request line names no HTTP version (or HTTP/0.9); send HTTP/1.1.'
+      : `The request is HTTP/${version}, which this service does not speak; send HTTP/1.1.`,
+  );
+
 /**
- * The 400 a request's framing earns, if any: two Host fields (RFC 9112 section 3.2), two
- * Authorization fields (a singleton: RFC 9110 section 5.3; which one would count is anyone's
- * guess), or Transfer-Encoding in HTTP/1.0, which does not define it (RFC 9112 section 6.1).
- * Node keeps the first of duplicated singletons in `headers`; `rawHeaders` has them all.
+ * The 400 a request's framing earns, if any: an HTTP version other than 1.0 and 1.1, two Host
+ * fields (RFC 9112 section 3.2), two Authorization fields (a singleton: RFC 9110 section 5.3;
+ * which one would count is anyone's guess), or Transfer-Encoding in HTTP/1.0, which does not
+ * define it (RFC 9112 section 6.1). Node keeps the first of duplicated singletons in `headers`;
+ * `rawHeaders` has them all.
  */
 export function framingError(raw: IncomingMessage): ApiError | undefined {
+  // Node's parser also takes HTTP/2.0, and a request line with no version as HTTP/0.9: neither
+  // is HTTP/1.x, whose framing the rest of the service reads.
+  if (raw.httpVersionMajor !== 1) return unspokenVersion(raw.httpVersion);
   let hosts = 0;
   let authorizations = 0;
   const fields = raw.rawHeaders;

@@ -34,7 +34,8 @@ export function refuseOtherMethods(app: FastifyInstance, url: string, allowed: s
 /**
  * Routes the requests Node's HTTP server would otherwise answer itself without the Error body:
  * an `Expect` other than 100-continue (a bare 417), which RFC 9110 section 10.1.1 lets a server
- * ignore, and CONNECT (whose socket it drops), which paths then refuse like any other method.
+ * ignore, and CONNECT (whose socket it drops), which paths then refuse like any other method,
+ * in its turn after the answers before it, then the connection is closed.
  * `Expect: 100-continue` is routed without Node's immediate `100 Continue`: continueOnceAdmitted
  * sends it once the request has passed its checks, so a request refused (401, 403, 413…) gets
  * its final answer alone.
@@ -47,11 +48,14 @@ export function routeEveryRequest(server: Server): void {
   server.on('checkContinue', (request, response) => server.emit('request', request, response));
   server.on('connect', (request: IncomingMessage, socket: Socket) => {
     socket.on('error', () => socket.destroy());
+    // Answers to requests before it may still be on their way (pipelined, or a CONNECT sent
+    // while one is pending): this answer goes after them (RFC 9112 section 9.3.2). Like a
+    // pipelined request's, its response has no socket until its turn, which capConnections
+    // gives it; meanwhile what is written to it waits in the response.
     const response = new ServerResponse(request);
     response.shouldKeepAlive = false;
-    response.assignSocket(socket);
-    // The socket is no tunnel: closed, and destroyed once the answer is flushed.
-    response.on('finish', () => socket.destroySoon());
+    // The socket is no tunnel, and node:http no longer reads it: closed once the answer is flushed.
+    response.once('finish', () => socket.destroySoon());
     server.emit('request', request, response);
   });
 }
