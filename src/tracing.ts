@@ -1,6 +1,6 @@
 import { format } from 'node:util';
-import { context, diag, propagation, trace, type DiagLogFunction } from '@opentelemetry/api';
-import type { SpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { context, diag, propagation, SpanKind, SpanStatusCode, trace, type DiagLogFunction } from '@opentelemetry/api';
+import type { ReadableSpan, SpanExporter, SpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { version } from './version.js';
 
 // CONTRACT.md "Operations", Tracing: the standard OTEL_* variables, read by the SDK itself where
@@ -35,6 +35,46 @@ const withoutErrorText: SpanProcessor = {
   forceFlush: async () => {},
   shutdown: async () => {},
 };
+
+/**
+ * `span` as exported: a server span answered with a status below 500 carries no error status.
+ * OpenTelemetry's HTTP semantic conventions: a 4xx is the client's mistake, so a server span is
+ * an error only for a 5xx. Fastify's instrumentation marks every request whose hooks threw
+ * (a 401, a 400) as failed, and a span's status can no longer be unset once set.
+ */
+export function serverStatus(span: ReadableSpan): ReadableSpan {
+  if (span.kind !== SpanKind.SERVER || span.status.code !== SpanStatusCode.ERROR) return span;
+  const answered = span.attributes['http.response.status_code'];
+  if (typeof answered !== 'number' || answered >= 500) return span;
+  return {
+    name: span.name,
+    kind: span.kind,
+    spanContext: () => span.spanContext(),
+    parentSpanContext: span.parentSpanContext,
+    startTime: span.startTime,
+    endTime: span.endTime,
+    status: { code: SpanStatusCode.UNSET },
+    attributes: span.attributes,
+    links: span.links,
+    events: span.events,
+    duration: span.duration,
+    ended: span.ended,
+    resource: span.resource,
+    instrumentationScope: span.instrumentationScope,
+    droppedAttributesCount: span.droppedAttributesCount,
+    droppedEventsCount: span.droppedEventsCount,
+    droppedLinksCount: span.droppedLinksCount,
+  };
+}
+
+/** `exporter`, sending each span as serverStatus leaves it. */
+export function withServerStatus(exporter: SpanExporter): SpanExporter {
+  return {
+    export: (spans, done) => exporter.export(spans.map(serverStatus), done),
+    shutdown: () => exporter.shutdown(),
+    forceFlush: async () => exporter.forceFlush?.(),
+  };
+}
 
 /** Whether startTracing turned tracing on in this process. */
 export function tracingOn(): boolean {
@@ -79,7 +119,7 @@ export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promis
     spanProcessors: [
       withoutErrorText,
       new sdk.BatchSpanProcessor({
-        exporter: new OTLPTraceExporter(),
+        exporter: withServerStatus(new OTLPTraceExporter()),
         scheduledDelayMillis: positive(env, 'OTEL_BSP_SCHEDULE_DELAY', 5000),
         exportTimeoutMillis: positive(env, 'OTEL_BSP_EXPORT_TIMEOUT', 30_000),
         maxQueueSize: positive(env, 'OTEL_BSP_MAX_QUEUE_SIZE', 2048),

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
 import { tracingWanted } from '../src/tracing.js';
 import { callerTrace, descendsFrom, startReceiver, startSilentCollector, type ReceivedSpan } from './otlp.js';
@@ -113,6 +114,69 @@ test(
     assert.ok(queries.length > 0, 'PostgreSQL queries are spans');
     const server = receiver.spans().find((span) => span.name === 'GET /v1/pets/:petId')!;
     assert.ok(queries.some((query) => descendsFrom(query, server, receiver.spans())));
+  },
+);
+
+/**
+ * A read, a refused key and an unknown path, each as a caller's span, then SIGTERM once the
+ * rate-count batch (200 ms, src/http/rate-counters.ts) has run: the batches the read set off
+ * (rate counts, its key's last use) are none of its spans, and no 4xx server span is an error.
+ */
+async function checkBackgroundWork(t: TestContext, base?: Record<string, string>) {
+  const receiver = await startReceiver(t);
+  const { key, server } = await serveWithKey(
+    t,
+    { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '100' },
+    base,
+  );
+  const read = callerTrace();
+  const refused = callerTrace();
+  const unknown = callerTrace();
+  for (let i = 0; i < 3; i++) {
+    assert.equal((await call(server, key, '/pets', { headers: { traceparent: read.traceparent } })).status, 200);
+  }
+  assert.equal(
+    (await call(server, 'psk_wrong', '/pets', { headers: { traceparent: refused.traceparent } })).status,
+    401,
+  );
+  assert.equal((await call(server, key, '/nowhere', { headers: { traceparent: unknown.traceparent } })).status, 404);
+  await sleep(600);
+  assert.equal((await stop(server)).code, 0);
+
+  const inTrace = (caller: { traceId: string }) => receiver.spans().filter((span) => span.traceId === caller.traceId);
+  const names = inTrace(read).map((span) => span.name);
+  assert.ok(names.includes('store.listPets'), `the read's own work is in its trace: ${names.join(', ')}`);
+  for (const name of names) {
+    assert.doesNotMatch(name, /addHits|writeHits|KeyUses|DeprecatedUses/, `${name} is batch work in a request's trace`);
+  }
+  for (const caller of [refused, unknown]) {
+    const [span] = inTrace(caller).filter((candidate) => candidate.kind === SERVER);
+    assert.ok(span, 'the 4xx has its server span');
+    assert.equal(
+      span.status,
+      0,
+      `${span.name} ${String(span.attributes['http.response.status_code'])} is not an error`,
+    );
+  }
+  return receiver;
+}
+
+test('batched writes are in no request trace, and a 4xx server span is no error (SQLite)', async (t) => {
+  const receiver = await checkBackgroundWork(t);
+  assert.ok(!receiver.spans().some((span) => span.name === 'store.addHits'), 'the batch makes no span');
+});
+
+test(
+  'batched writes are in no request trace, and a 4xx server span is no error (PostgreSQL)',
+  { skip: postgresSkip },
+  async (t) => {
+    const receiver = await checkBackgroundWork(t, childEnv(t, { DATABASE_URL: await createPostgresSchema(t) }));
+    const batchWork = receiver.spans().filter((span) => /addHits|writeHits|KeyUses/.test(span.name));
+    assert.deepEqual(
+      batchWork.map((span) => span.name),
+      [],
+      'the batches make no span',
+    );
   },
 );
 
