@@ -96,7 +96,8 @@ ${exitCodes}
 Lists every key: id, name, its first characters, scopes, when it was created, when it expires,
 its state (active, expired, revoked), when a request last used it and when one last called a
 deprecated operation with it (getPet, removed 2030-12-05), to the minute (each instance writes
-them at most once a minute). Never a key.
+them at most once a minute). Never a key. A name's control characters, line separators and
+bidirectional controls are shown by their code point (U+001B), so no name can drive the terminal.
 
 Options:
   --json          One JSON line per key: {"id","name","hint","scopes","createdAt","expiresAt",
