@@ -291,6 +291,38 @@ export const settings = {
     default: '',
     parse: originList,
   } satisfies Setting<string[]>,
+  // OpenTelemetry's batch span processor, under the specification's names; read whether tracing
+  // is on or not. Smaller than the SDK's defaults (2048, 512, 5000, 30000): what a collector that
+  // is slow or down can make the service hold (docs/operations.md#tracing).
+  spanQueueSize: {
+    env: 'OTEL_BSP_MAX_QUEUE_SIZE',
+    description: 'Most finished spans kept waiting for export (tracing on); past it, new spans are dropped.',
+    format: 'integer 1..65536',
+    default: '1024',
+    parse: integer(1, 65_536),
+  } satisfies Setting<number>,
+  spanBatchSize: {
+    env: 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE',
+    description: 'Most spans sent in one export; a full batch is sent at once, without waiting for the delay.',
+    format: 'integer 1..OTEL_BSP_MAX_QUEUE_SIZE',
+    default: '256, at most OTEL_BSP_MAX_QUEUE_SIZE',
+    derive: ({ spanQueueSize }) => String(Math.min(256, Number(spanQueueSize))),
+    parse: integer(1, 65_536),
+  } satisfies Setting<number>,
+  spanScheduleDelayMs: {
+    env: 'OTEL_BSP_SCHEDULE_DELAY',
+    description: 'Longest time a finished span waits before it is sent with the others.',
+    format: 'milliseconds, integer 1..3600000',
+    default: '1000',
+    parse: integer(1, 3_600_000),
+  } satisfies Setting<number>,
+  spanExportTimeoutMs: {
+    env: 'OTEL_BSP_EXPORT_TIMEOUT',
+    description: 'Longest time one export may take; then its spans are dropped and the next batch goes.',
+    format: 'milliseconds, integer 1..600000',
+    default: '10000',
+    parse: integer(1, 600_000),
+  } satisfies Setting<number>,
   logLevel: {
     env: 'LOG_LEVEL',
     description: 'Least severe log level written (JSON lines on standard output).',
@@ -328,6 +360,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (config.requestTimeoutMs < config.headersTimeoutMs) {
     throw new ConfigError(
       `PETSTORE_REQUEST_TIMEOUT_MS must be at least PETSTORE_HEADERS_TIMEOUT_MS (${config.headersTimeoutMs}) (got "${config.requestTimeoutMs}")`,
+    );
+  }
+  if (config.spanBatchSize > config.spanQueueSize) {
+    throw new ConfigError(
+      `OTEL_BSP_MAX_EXPORT_BATCH_SIZE must be at most OTEL_BSP_MAX_QUEUE_SIZE (${config.spanQueueSize}) (got "${config.spanBatchSize}")`,
     );
   }
   return Object.freeze(config);

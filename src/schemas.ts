@@ -27,8 +27,11 @@ export const PetStatus = Type.Unsafe<PetStatus>({
   description: 'status must be one of available, pending, sold.',
 });
 
-// Unicode White_Space only, and no control character (Cc) or lone surrogate (Cs): CONTRACT.md createPet.
-const name = Type.String({
+/**
+ * A pet's name, and an API key's (`keys create --name`): 1 to 255 code points, not only Unicode
+ * White_Space, no control character (Cc) or lone surrogate (Cs) (docs/api.md#validation).
+ */
+export const Name = Type.String({
   minLength: 1,
   maxLength: 255,
   pattern: '^(?!\\p{White_Space}*$)[^\\p{Cc}\\p{Cs}]*$',
@@ -45,7 +48,7 @@ const categoryId = Int64({
 
 export const NewPet = Type.Object(
   {
-    name,
+    name: Name,
     categoryId,
     status: Type.Optional(Type.Ref(PetStatus, { default: 'available' })),
   },
@@ -64,7 +67,7 @@ export const Pet = Type.Object(
       examples: [42],
       description: 'Assigned by the service: positive, never reused, increasing in creation order.',
     }),
-    name,
+    name: Name,
     categoryId,
     status: Type.Ref(PetStatus),
   },

@@ -146,7 +146,7 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   let app: FastifyInstance;
   try {
     // Before the store: the PostgreSQL client is instrumented as it is loaded.
-    await startTracing();
+    await startTracing(config);
     ({ store } = await openMigratedStore(config));
     app = await buildApp({ config, store });
   } catch (error) {

@@ -1,11 +1,13 @@
 import { format } from 'node:util';
-import { context, diag, propagation, trace, type DiagLogFunction } from '@opentelemetry/api';
-import type { SpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { context, diag, propagation, SpanKind, SpanStatusCode, trace, type DiagLogFunction } from '@opentelemetry/api';
+import type { ReadableSpan, SpanExporter, SpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import type { Config } from './config.js';
 import { version } from './version.js';
 
 // CONTRACT.md "Operations", Tracing: the standard OTEL_* variables, read by the SDK itself where
 // it reads them (the OTLP exporter's endpoint, headers, timeout and compression; the resource's
-// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES) and here for the rest (docs/configuration.md).
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES), by config.ts for the batch span processor's
+// OTEL_BSP_* and here for the rest (docs/configuration.md).
 
 /** Whether `env` turns tracing on: an OTLP endpoint set, and neither OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none. */
 export function tracingWanted(env: NodeJS.ProcessEnv = process.env): boolean {
@@ -14,11 +16,11 @@ export function tracingWanted(env: NodeJS.ProcessEnv = process.env): boolean {
   return Boolean(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim());
 }
 
-/** A positive integer setting, or `fallback` when it is unset or not one. */
-function positive(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const value = Number(env[name]);
-  return Number.isInteger(value) && value > 0 ? value : fallback;
-}
+/** The batch span processor's settings, read with the others (config.ts: the OTEL_BSP_* variables). */
+export type SpanBatchSettings = Pick<
+  Config,
+  'spanQueueSize' | 'spanBatchSize' | 'spanScheduleDelayMs' | 'spanExportTimeoutMs'
+>;
 
 let provider: TracerProvider | undefined;
 
@@ -36,6 +38,46 @@ const withoutErrorText: SpanProcessor = {
   shutdown: async () => {},
 };
 
+/**
+ * `span` as exported: a server span answered with a status below 500 carries no error status.
+ * OpenTelemetry's HTTP semantic conventions: a 4xx is the client's mistake, so a server span is
+ * an error only for a 5xx. Fastify's instrumentation marks every request whose hooks threw
+ * (a 401, a 400) as failed, and a span's status can no longer be unset once set.
+ */
+export function serverStatus(span: ReadableSpan): ReadableSpan {
+  if (span.kind !== SpanKind.SERVER || span.status.code !== SpanStatusCode.ERROR) return span;
+  const answered = span.attributes['http.response.status_code'];
+  if (typeof answered !== 'number' || answered >= 500) return span;
+  return {
+    name: span.name,
+    kind: span.kind,
+    spanContext: () => span.spanContext(),
+    parentSpanContext: span.parentSpanContext,
+    startTime: span.startTime,
+    endTime: span.endTime,
+    status: { code: SpanStatusCode.UNSET },
+    attributes: span.attributes,
+    links: span.links,
+    events: span.events,
+    duration: span.duration,
+    ended: span.ended,
+    resource: span.resource,
+    instrumentationScope: span.instrumentationScope,
+    droppedAttributesCount: span.droppedAttributesCount,
+    droppedEventsCount: span.droppedEventsCount,
+    droppedLinksCount: span.droppedLinksCount,
+  };
+}
+
+/** `exporter`, sending each span as serverStatus leaves it. */
+export function withServerStatus(exporter: SpanExporter): SpanExporter {
+  return {
+    export: (spans, done) => exporter.export(spans.map(serverStatus), done),
+    shutdown: () => exporter.shutdown(),
+    forceFlush: async () => exporter.forceFlush?.(),
+  };
+}
+
 /** Whether startTracing turned tracing on in this process. */
 export function tracingOn(): boolean {
   return provider !== undefined;
@@ -44,12 +86,13 @@ export function tracingOn(): boolean {
 /**
  * Starts the OpenTelemetry SDK when `env` asks for it (tracingWanted), before the store is
  * opened: the PostgreSQL client's instrumentation must be in place before `pg` is loaded.
- * Spans leave through a batch processor with a bounded queue, so an exporter that is slow or
- * whose collector is down never holds a request: past the queue's size, spans are dropped.
+ * Spans leave through a batch processor with a bounded queue (`batch`, the OTEL_BSP_* settings),
+ * so an exporter that is slow or whose collector is down never holds a request and never holds
+ * more than the queue and the batch in flight: past the queue's size, spans are dropped.
  * When tracing is off no part of the SDK is loaded and no provider is registered: the
  * OpenTelemetry API then hands out no-op tracers, and the request path has no tracing hook.
  */
-export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promise<boolean> {
+export async function startTracing(batch: SpanBatchSettings, env: NodeJS.ProcessEnv = process.env): Promise<boolean> {
   if (provider || !tracingWanted(env)) return tracingOn();
   const [sdk, core, { AsyncLocalStorageContextManager }, { OTLPTraceExporter }, resources, instrumentation, pg] =
     await Promise.all([
@@ -79,11 +122,11 @@ export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promis
     spanProcessors: [
       withoutErrorText,
       new sdk.BatchSpanProcessor({
-        exporter: new OTLPTraceExporter(),
-        scheduledDelayMillis: positive(env, 'OTEL_BSP_SCHEDULE_DELAY', 5000),
-        exportTimeoutMillis: positive(env, 'OTEL_BSP_EXPORT_TIMEOUT', 30_000),
-        maxQueueSize: positive(env, 'OTEL_BSP_MAX_QUEUE_SIZE', 2048),
-        maxExportBatchSize: positive(env, 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 512),
+        exporter: withServerStatus(new OTLPTraceExporter()),
+        scheduledDelayMillis: batch.spanScheduleDelayMs,
+        exportTimeoutMillis: batch.spanExportTimeoutMs,
+        maxQueueSize: batch.spanQueueSize,
+        maxExportBatchSize: batch.spanBatchSize,
       }),
     ],
   });

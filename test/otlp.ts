@@ -11,6 +11,8 @@ export interface ReceivedSpan {
   parentSpanId: string;
   name: string;
   kind: number;
+  /** The status code: 0 unset, 1 ok, 2 error. */
+  status: number;
   attributes: Record<string, unknown>;
 }
 
@@ -26,6 +28,7 @@ interface OtlpSpan {
   parentSpanId?: string;
   name: string;
   kind: number;
+  status?: { code?: number };
   attributes?: { key: string; value: OtlpValue }[];
 }
 interface OtlpExport {
@@ -66,6 +69,7 @@ export async function startReceiver(t: TestContext): Promise<Receiver> {
                 parentSpanId: span.parentSpanId ?? '',
                 name: span.name,
                 kind: span.kind,
+                status: span.status?.code ?? 0,
                 attributes: Object.fromEntries((span.attributes ?? []).map(({ key, value }) => [key, valueOf(value)])),
               });
             }

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
+import { ConfigError, loadConfig } from '../src/config.js';
 import { tracingWanted } from '../src/tracing.js';
 import { callerTrace, descendsFrom, startReceiver, startSilentCollector, type ReceivedSpan } from './otlp.js';
 import { childEnv, runCli, startServer, type Server } from './process.js';
@@ -116,6 +118,69 @@ test(
   },
 );
 
+/**
+ * A read, a refused key and an unknown path, each as a caller's span, then SIGTERM once the
+ * rate-count batch (200 ms, src/http/rate-counters.ts) has run: the batches the read set off
+ * (rate counts, its key's last use) are none of its spans, and no 4xx server span is an error.
+ */
+async function checkBackgroundWork(t: TestContext, base?: Record<string, string>) {
+  const receiver = await startReceiver(t);
+  const { key, server } = await serveWithKey(
+    t,
+    { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '100' },
+    base,
+  );
+  const read = callerTrace();
+  const refused = callerTrace();
+  const unknown = callerTrace();
+  for (let i = 0; i < 3; i++) {
+    assert.equal((await call(server, key, '/pets', { headers: { traceparent: read.traceparent } })).status, 200);
+  }
+  assert.equal(
+    (await call(server, 'psk_wrong', '/pets', { headers: { traceparent: refused.traceparent } })).status,
+    401,
+  );
+  assert.equal((await call(server, key, '/nowhere', { headers: { traceparent: unknown.traceparent } })).status, 404);
+  await sleep(600);
+  assert.equal((await stop(server)).code, 0);
+
+  const inTrace = (caller: { traceId: string }) => receiver.spans().filter((span) => span.traceId === caller.traceId);
+  const names = inTrace(read).map((span) => span.name);
+  assert.ok(names.includes('store.listPets'), `the read's own work is in its trace: ${names.join(', ')}`);
+  for (const name of names) {
+    assert.doesNotMatch(name, /addHits|writeHits|KeyUses|DeprecatedUses/, `${name} is batch work in a request's trace`);
+  }
+  for (const caller of [refused, unknown]) {
+    const [span] = inTrace(caller).filter((candidate) => candidate.kind === SERVER);
+    assert.ok(span, 'the 4xx has its server span');
+    assert.equal(
+      span.status,
+      0,
+      `${span.name} ${String(span.attributes['http.response.status_code'])} is not an error`,
+    );
+  }
+  return receiver;
+}
+
+test('batched writes are in no request trace, and a 4xx server span is no error (SQLite)', async (t) => {
+  const receiver = await checkBackgroundWork(t);
+  assert.ok(!receiver.spans().some((span) => span.name === 'store.addHits'), 'the batch makes no span');
+});
+
+test(
+  'batched writes are in no request trace, and a 4xx server span is no error (PostgreSQL)',
+  { skip: postgresSkip },
+  async (t) => {
+    const receiver = await checkBackgroundWork(t, childEnv(t, { DATABASE_URL: await createPostgresSchema(t) }));
+    const batchWork = receiver.spans().filter((span) => /addHits|writeHits|KeyUses/.test(span.name));
+    assert.deepEqual(
+      batchWork.map((span) => span.name),
+      [],
+      'the batches make no span',
+    );
+  },
+);
+
 test('spans of the last request are flushed on SIGTERM', async (t) => {
   const receiver = await startReceiver(t);
   // A schedule far longer than the test: only the shutdown's flush can send the span.
@@ -197,5 +262,52 @@ test('tracingWanted reads the standard variables', () => {
   assert.equal(
     tracingWanted({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_EXPORTER: 'none' }),
     false,
+  );
+});
+
+test('the OTEL_BSP_* settings have small defaults and bounds, and a bad value names its variable', () => {
+  const defaults = loadConfig({});
+  assert.deepEqual(
+    [defaults.spanQueueSize, defaults.spanBatchSize, defaults.spanScheduleDelayMs, defaults.spanExportTimeoutMs],
+    [1024, 256, 1000, 10_000],
+  );
+  assert.equal(loadConfig({ OTEL_BSP_MAX_QUEUE_SIZE: '100' }).spanBatchSize, 100, 'the batch fits the queue');
+  const set = loadConfig({ OTEL_BSP_MAX_QUEUE_SIZE: '4096', OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '4096' });
+  assert.deepEqual([set.spanQueueSize, set.spanBatchSize], [4096, 4096]);
+  for (const [name, value] of [
+    ['OTEL_BSP_MAX_QUEUE_SIZE', '0'],
+    ['OTEL_BSP_MAX_QUEUE_SIZE', 'many'],
+    ['OTEL_BSP_MAX_EXPORT_BATCH_SIZE', '2048'],
+    ['OTEL_BSP_SCHEDULE_DELAY', '-1'],
+    ['OTEL_BSP_EXPORT_TIMEOUT', '1.5'],
+  ] as const) {
+    assert.throws(
+      () => loadConfig({ [name]: value }),
+      (error: Error) => error instanceof ConfigError && error.message.startsWith(`${name} must be`),
+      `${name}=${value}`,
+    );
+  }
+});
+
+test('spans leave in batches of OTEL_BSP_MAX_EXPORT_BATCH_SIZE, a full batch at once', async (t) => {
+  const receiver = await startReceiver(t);
+  // A delay far longer than the test: only full batches are sent before the shutdown's flush.
+  const { key, server } = await serveWithKey(t, {
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+    OTEL_BSP_MAX_QUEUE_SIZE: '8',
+    OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '2',
+    OTEL_BSP_SCHEDULE_DELAY: '600000',
+  });
+  for (let i = 0; i < 3; i++) assert.equal((await call(server, key, '/pets')).status, 200);
+  await receiver.waitForSpan((span) => span.kind === SERVER);
+  assert.equal((await stop(server)).code, 0);
+  const sizes = receiver
+    .payloads()
+    .map((payload) => (payload.match(/"spanId"/g) ?? []).length)
+    .filter((size) => size > 0);
+  assert.ok(sizes.length >= 2, `several exports: ${sizes.join(', ')}`);
+  assert.ok(
+    sizes.every((size) => size <= 2),
+    `no export holds more than 2 spans: ${sizes.join(', ')}`,
   );
 });

@@ -1,5 +1,7 @@
 import { parseArgs } from 'node:util';
 import { describeSettings } from '../config.js';
+import { oneLine } from '../errors.js';
+import { Name } from '../schemas.js';
 import type { KeyRecord, Store } from '../store/store.js';
 import { hashKey, isScope, keyHint, makeKey, scopes as allScopes, type Scope } from './keys.js';
 
@@ -69,7 +71,8 @@ service's, named by PETSTORE_DB or DATABASE_URL as the service has them): a miss
 is refused, not created.
 
 Options:
-  --name <name>            What the key is for (1 to 100 characters), shown by keys list.
+  --name <name>            What the key is for, shown by keys list: 1 to 255 characters, kept
+                           as given, not only white space, no control character.
   --scope <scope>          What it may do, repeatable: pets:read (listPets, getPet), pets:write
                            (createPet), metrics:read (GET /metrics). Default: all three.
   --expires-in <duration>  Refused from that long after now: a positive whole number and a unit,
@@ -93,7 +96,8 @@ ${exitCodes}
 Lists every key: id, name, its first characters, scopes, when it was created, when it expires,
 its state (active, expired, revoked), when a request last used it and when one last called a
 deprecated operation with it (getPet, removed 2030-12-05), to the minute (each instance writes
-them at most once a minute). Never a key.
+them at most once a minute). Never a key. A name's control characters, line separators and
+bidirectional controls are shown by their code point (U+001B), so no name can drive the terminal.
 
 Options:
   --json          One JSON line per key: {"id","name","hint","scopes","createdAt","expiresAt",
@@ -237,6 +241,40 @@ function readId(text: string | undefined, command: string): number {
   return Number(text);
 }
 
+const NAME_RULE = new RegExp(Name.pattern!, 'u');
+
+/**
+ * Why `name` breaks the name rule pets and keys share (schemas.ts Name), the character at fault
+ * by its code point; undefined when it keeps the rule.
+ *
+ * @example nameFault('a\u001b[2K') // 'it holds U+001B (character 2)'
+ */
+export function nameFault(name: string): string | undefined {
+  const characters = [...name];
+  if (characters.length < Name.minLength! || characters.length > Name.maxLength!) {
+    return `it has ${characters.length} characters`;
+  }
+  if (NAME_RULE.test(name)) return undefined;
+  const at = characters.findIndex((c) => /^[\p{Cc}\p{Cs}]$/u.test(c));
+  return at < 0 ? 'it is only white space' : `it holds ${oneLine(characters[at]!)} (character ${at + 1})`;
+}
+
+/**
+ * A name as a terminal may show it: a control character, a line separator, a bidirectional
+ * control or a lone surrogate by its code point (U+001B), as error messages show them
+ * (docs/keys.md#listing-keys). A database written before the name rule may hold any of them.
+ */
+const shownName = (name: string) => oneLine(name);
+
+// JSON.stringify leaves DEL, the C1 controls, the line separators and the bidirectional
+// controls as they are; written as \u escapes, the line is the same JSON and cannot drive a
+// terminal either.
+const TERMINAL_CONTROLS = /[\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+
+/** One JSON line for standard output, with every character a terminal acts on escaped. */
+const jsonLine = (value: unknown) =>
+  JSON.stringify(value).replace(TERMINAL_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
 const iso = (date: Date | null) => date?.toISOString() ?? null;
 // CONTRACT.md: last use to the minute.
 const toMinute = (date: Date) => new Date(date.getTime() - (date.getTime() % 60_000)).toISOString();
@@ -249,7 +287,7 @@ function keyState(key: KeyRecord, now: Date): 'active' | 'expired' | 'revoked' {
 
 function issuedNote(record: KeyRecord): string {
   const expires = record.expiresAt ? `, expires ${record.expiresAt.toISOString()}` : '';
-  return `key ${record.id} (${record.name}; ${record.scopes.join(' ')}${expires})`;
+  return `key ${record.id} (${shownName(record.name)}; ${record.scopes.join(' ')}${expires})`;
 }
 
 async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
@@ -266,8 +304,15 @@ async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number>
     },
   });
   if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals.join(' ')}`, help);
-  const name = values.name?.trim();
-  if (!name || name.length > 100) throw new UsageError('keys create needs --name with 1 to 100 characters', help);
+  const name = values.name;
+  if (name === undefined) throw new UsageError('keys create needs --name', help);
+  const fault = nameFault(name);
+  if (fault !== undefined) {
+    throw new UsageError(
+      `--name must be 1 to 255 characters, not only white space, with no control character or lone surrogate; ${fault}`,
+      help,
+    );
+  }
   const scopes = readScopes(values.scope, help);
   const now = deps.now?.() ?? new Date();
   const expiresAt = readExpiry(values, now, help) ?? null;
@@ -275,7 +320,7 @@ async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number>
   const { io } = deps;
   if (values.json) {
     const { id, scopes: held, createdAt } = record;
-    io.out(JSON.stringify({ id, name: record.name, key, scopes: held, createdAt, expiresAt: iso(record.expiresAt) }));
+    io.out(jsonLine({ id, name: record.name, key, scopes: held, createdAt, expiresAt: iso(record.expiresAt) }));
   } else {
     io.out(key);
     io.err(`Created ${issuedNote(record)}. It is shown only this once: keep it somewhere safe.`);
@@ -294,7 +339,7 @@ async function listKeysCommand(deps: KeysDeps, args: string[]): Promise<number> 
   if (values.json) {
     for (const k of keys) {
       io.out(
-        JSON.stringify({
+        jsonLine({
           id: k.id,
           name: k.name,
           hint: k.hint,
@@ -317,7 +362,7 @@ async function listKeysCommand(deps: KeysDeps, args: string[]): Promise<number> 
     io.out(
       [
         k.id,
-        k.name,
+        shownName(k.name),
         k.hint,
         k.scopes.join(','),
         k.createdAt.toISOString(),
@@ -399,7 +444,7 @@ async function rollKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
   const { old, successor } = outcome;
   if (values.json) {
     io.out(
-      JSON.stringify({
+      jsonLine({
         id: successor.id,
         name: successor.name,
         key,
@@ -454,7 +499,8 @@ export async function runKeysCommand(args: string[], deps: KeysDeps): Promise<nu
     }
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
-    deps.io.err(`petstore: ${error.message}\n\n${error.help}`);
+    // One line, whatever the command line held (unknown scope "…", unexpected argument …).
+    deps.io.err(`petstore: ${oneLine(error.message)}\n\n${error.help}`);
     return 2;
   }
 }

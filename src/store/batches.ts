@@ -1,8 +1,14 @@
+import { context, ROOT_CONTEXT } from '@opentelemetry/api';
+
 /**
  * The timing of a writer that works in batches off the request path: `schedule` sets a timer
  * (which never keeps the process alive) that runs `writeBatch` `everyMs` later when
  * `hasPending` says there is something to write; batches run one at a time, so a slow database
  * never has two of them in flight from one instance.
+ * Batches run in OpenTelemetry's root context, whoever noted what they write: they are work of
+ * the process, not of the request that happened to set the timer, so they are never a child
+ * span of it (docs/operations.md#tracing). The timer is set in the root context too, so it
+ * keeps no request's context alive while it waits.
  *
  * @example
  * const batches = writeInBatches(writeBatch, () => pending.size > 0, 200);
@@ -17,15 +23,20 @@ export function writeInBatches(writeBatch: () => Promise<void>, hasPending: () =
   function flush(): Promise<void> {
     clearTimeout(timer);
     timer = undefined;
-    writing = writing.then(writeBatch);
+    writing = context.with(ROOT_CONTEXT, () => writing.then(writeBatch));
     return writing;
+  }
+
+  function setTimer(): NodeJS.Timeout {
+    const set = setTimeout(() => void flush(), everyMs);
+    set.unref();
+    return set;
   }
 
   return {
     schedule(): void {
       if (timer || closed || !hasPending()) return;
-      timer = setTimeout(() => void flush(), everyMs);
-      timer.unref();
+      timer = context.with(ROOT_CONTEXT, setTimer);
     },
     /** Writes what is pending now, instead of at the next tick of the timer. */
     flush,
@@ -44,6 +55,9 @@ export function writeInBatches(writeBatch: () => Promise<void>, hasPending: () =
  * With `keyOf`, calls of one batch whose inputs have the same key are run once (the first of
  * them goes to `runAll`) and settle with the same outcome, the same object: callers must not
  * change it.
+ * A batch of calls from several callers runs in OpenTelemetry's root context: its work serves
+ * them all, so it is a child of none of their spans (docs/operations.md#tracing). A batch of
+ * one call runs in that caller's context, as the call alone would.
  *
  * @example
  * const insertPet = groupCalls(async (pets) => (await insertAll(pets)).map((value) => ({ status: 'fulfilled', value })));
@@ -78,7 +92,8 @@ export function groupCalls<I, O>(
     queue = [];
     if (batch.length === 0) return;
     const { inputs, outcomeOf } = distinct(batch);
-    const run = runAll(inputs).then(
+    const started = batch.length === 1 ? runAll(inputs) : context.with(ROOT_CONTEXT, runAll, undefined, inputs);
+    const run = started.then(
       (outcomes) =>
         batch.forEach((call, i) => {
           const outcome = outcomes[outcomeOf ? outcomeOf[i]! : i];

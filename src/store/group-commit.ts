@@ -1,3 +1,4 @@
+import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import type { Database } from 'better-sqlite3';
 
 interface Pending<I, O> {
@@ -76,6 +77,8 @@ async function retryUntil<T>(work: () => T, retry: RetryOptions, error: unknown,
  * written by a failed try, so whatever the number of calls waiting, the process blocks for one
  * try per pause.
  * `beforeWrite` runs before each transaction begins (to end the turn's read transaction: readTurns).
+ * A transaction holding calls from several callers runs in OpenTelemetry's root context, as
+ * batches do (batches.ts): it is a child of none of their spans (docs/operations.md#tracing).
  *
  * @example
  * const insertPet = groupCommits(db, (pet) => insert.run(pet.name).lastInsertRowid);
@@ -108,6 +111,11 @@ export function groupCommits<I, O>(
     }
   });
 
+  function commit(batch: Pending<I, O>[]) {
+    beforeWrite?.();
+    writeAll.immediate(batch);
+  }
+
   function flush() {
     clearTimeout(waiting);
     waiting = undefined;
@@ -115,8 +123,8 @@ export function groupCommits<I, O>(
     queue = [];
     if (batch.length === 0) return;
     try {
-      beforeWrite?.();
-      writeAll.immediate(batch);
+      if (batch.length === 1) commit(batch);
+      else context.with(ROOT_CONTEXT, commit, undefined, batch);
     } catch (error) {
       const now = performance.now();
       const retryable = retry?.when(error) ?? false;
