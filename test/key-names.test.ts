@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { runKeysCommand } from '../src/keys/cli.js';
+import { runKeysCommand } from '../src/cli/keys.js';
 import { hashKey, keyHint, makeKey } from '../src/keys/keys.js';
 import type { Store } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
-import { parseDuration, parseInstant } from '../src/keys/cli.js';
+import { parseDuration, parseInstant } from '../src/cli/keys.js';
 import { childEnv, runCli, startServer } from './process.js';
 
 const KEY = /^psk_[A-Za-z0-9_-]{43}$/;

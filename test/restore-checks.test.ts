@@ -17,7 +17,7 @@ import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import { loadConfig } from '../src/config.js';
 import { describeDatabase } from '../src/server.js';
-import { runDatabaseCommand } from '../src/store/cli.js';
+import { runDatabaseCommand } from '../src/cli/database.js';
 import { readMigrations } from '../src/store/migrations.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
 

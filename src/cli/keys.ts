@@ -3,7 +3,7 @@ import { describeSettings } from '../config.js';
 import { oneLine } from '../errors.js';
 import { Name } from '../schemas.js';
 import type { KeyRecord, Store } from '../store/store.js';
-import { hashKey, isScope, keyHint, makeKey, scopes as allScopes, type Scope } from './keys.js';
+import { hashKey, isScope, keyHint, makeKey, scopes as allScopes, type Scope } from '../keys/keys.js';
 
 export interface Output {
   out: (line: string) => void;

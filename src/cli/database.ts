@@ -2,10 +2,10 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { describeSettings, type Config } from '../config.js';
-import type { Output } from '../keys/cli.js';
-import { backupSqlite, OperationRefused, restoreSqlite } from './backup.js';
-import { migrationStates, readMigrations, type AppliedMigration } from './migrations.js';
-import { readSqliteMigrations } from './sqlite.js';
+import type { Output } from './keys.js';
+import { backupSqlite, OperationRefused, restoreSqlite } from '../store/backup.js';
+import { migrationStates, readMigrations, type AppliedMigration } from '../store/migrations.js';
+import { readSqliteMigrations } from '../store/sqlite.js';
 
 export interface DatabaseDeps {
   io: Output;
@@ -136,7 +136,7 @@ async function statusCommand(deps: DatabaseDeps, args: string[]): Promise<number
   try {
     if (config.databaseUrl) {
       // Loaded only when used, as store/open.ts does.
-      const { readPostgresMigrations } = await import('./postgres.js');
+      const { readPostgresMigrations } = await import('../store/postgres.js');
       applied = await readPostgresMigrations(config.databaseUrl, config.dbTimeoutMs);
     } else if (config.sqlitePath !== ':memory:' && existsSync(config.sqlitePath)) {
       applied = readSqliteMigrations(config.sqlitePath, config.dbTimeoutMs);
