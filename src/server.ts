@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { settings, type Config } from './config.js';
-import { issueFirstKey } from './cli/keys.js';
+import { issueFirstKey } from './keys/issue.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 import { startTracing, stopTracing } from './tracing.js';

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
 import type { InjectOptions } from 'fastify';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import { addPet, assertError, startApp, tempSqliteStore } from './helpers.js';
 import { exchange, parseResponse } from './raw.js';

@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import ts from 'typescript';
 import { PetstoreClient, PetstoreError, type Pet } from '../clients/typescript/src/index.js';
 import { generateSchema, SCHEMA_PATH } from '../clients/typescript/scripts/schema.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { StoreUnavailableError, type Store } from '../src/store/store.js';
 import { startApp, tempSqliteStore } from './helpers.js';
 

@@ -6,7 +6,7 @@ import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { ApiError, echo, ECHO_LIMIT, oneLine, toApiError } from '../src/errors.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { startApp, tempSqliteStore } from './helpers.js';
 import { exchangeBytes, parseResponse } from './raw.js';
 

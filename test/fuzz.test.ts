@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import type { Store } from '../src/store/store.js';
 import { DocumentChecker } from './fuzz/document.js';
 import { fuzz, type FuzzFigures } from './fuzz/run.js';

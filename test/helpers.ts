@@ -7,7 +7,7 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import { buildApp } from '../src/app.js';
 import type { Clock } from '../src/clock.js';
 import { loadConfig, type Config } from '../src/config.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import { freshPostgresStore, postgresSkip, type StoreKind } from './stores.js';
 import type { Store } from '../src/store/store.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { parseIdempotencyKey } from '../src/pets/idempotency.js';
 import type { Store } from '../src/store/store.js';
 import { assertError, postRaw, startApp, tempSqliteStore, type TestApp } from './helpers.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import type { InjectOptions } from 'fastify';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { hashKey, keyHint, makeKey } from '../src/keys/keys.js';
 import type { KeyRoll, Store } from '../src/store/store.js';
 import { assertError, manualClock, startApp } from './helpers.js';

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import type { InjectOptions } from 'fastify';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { hashKey, makeKey, type Scope } from '../src/keys/keys.js';
 import { addPet, assertError, manualClock, startApp } from './helpers.js';
 import { storeKinds, type StoreKind } from './stores.js';

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import type { InjectOptions } from 'fastify';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { openStore } from '../src/store/open.js';
 
 /*

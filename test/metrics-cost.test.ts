@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test, type TestContext } from 'node:test';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { PET_COUNTS_MAX_AGE_MS } from '../src/store/store.js';
 import { manualClock } from './helpers.js';
 import { storeKinds } from './stores.js';

@@ -4,7 +4,7 @@ import Database from 'better-sqlite3';
 import type { InjectOptions } from 'fastify';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import { postRaw, startApp, tempSqliteStore, type TestApp } from './helpers.js';
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { encodeCursor } from '../src/pets/cursor.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { INT64_MAX, ListPetsQuery } from '../src/schemas.js';
 import { startApp, type TestApp } from './helpers.js';
 import { exchange, parseResponse } from './raw.js';

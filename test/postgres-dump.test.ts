@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import pg from 'pg';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { hashKey } from '../src/keys/keys.js';
 import { openPostgresStore } from '../src/store/postgres.js';
 import { childEnv, runCli } from './process.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LightMyRequestResponse } from 'fastify';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { openPostgresStore } from '../src/store/postgres.js';
 import { assertError, manualClock, startApp } from './helpers.js';
 import { createPostgresSchema, postgresSkip, storeKinds } from './stores.js';

@@ -3,7 +3,7 @@ import { connect, type AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import type { LightMyRequestResponse } from 'fastify';
 import { CountMinSketch } from '../src/http/sketch.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import { assertError, startApp, tempSqliteStore } from './helpers.js';
 import { exchange, parseResponse } from './raw.js';
 

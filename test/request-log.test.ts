@@ -3,7 +3,7 @@ import { PassThrough } from 'node:stream';
 import { test, type TestContext } from 'node:test';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { issueKey } from '../src/cli/keys.js';
+import { issueKey } from '../src/keys/issue.js';
 import type { Store } from '../src/store/store.js';
 import { startApp, tempSqliteStore } from './helpers.js';
 import { childEnv, runCli, startServer } from './process.js';

@@ -1,11 +1,13 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { describeSettings, type Config } from '../config.js';
-import type { Output } from './keys.js';
+import { ConfigError, describeSettings, type Config } from '../config.js';
+import { describeDatabase, openMigratedStore } from '../server.js';
 import { backupSqlite, OperationRefused, restoreSqlite } from '../store/backup.js';
 import { migrationStates, readMigrations, type AppliedMigration } from '../store/migrations.js';
 import { readSqliteMigrations } from '../store/sqlite.js';
+import type { Store } from '../store/store.js';
+import type { Output } from './output.js';
 
 export interface DatabaseDeps {
   io: Output;
@@ -19,6 +21,18 @@ const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutM
 
 /** Help for the database commands, shown by `petstore <command> --help` and `petstore help <command>`. */
 export const databaseHelp: Record<string, string> = {
+  migrate: `Usage: petstore migrate
+
+Applies the database migrations not yet applied, printing one line on standard error as each
+is applied, then exits. A SQLite file (PETSTORE_DB) that does not exist is created, with its
+folder: every other command but serve refuses one. Safe to run from several places at once:
+each migration is applied exactly once.
+
+Settings (environment variables):
+${storeSettings}
+
+Exit status: 0 done, 1 failed, 2 bad command line, setting or Node.js version.
+`,
   backup: `Usage: petstore backup <file> [--force]
 
 Writes a consistent copy of the SQLite database (PETSTORE_DB) to <file> while the service runs
@@ -208,4 +222,45 @@ export async function runDatabaseCommand(argv: string[], deps: DatabaseDeps): Pr
     }
     throw error;
   }
+}
+
+/**
+ * Opens and migrates the configured database, first saying on standard error which one it is:
+ * run from another folder, the default PETSTORE_DB names another file. A SQLite file that does
+ * not exist is created only by `serve` and `migrate` (`mayCreate`), and the note says so: any
+ * other command refuses it, since a key put in a new file is one the service never sees.
+ */
+export async function openNamedStore(config: Config, io: Output, { mayCreate = false } = {}) {
+  const database = describeDatabase(config);
+  const missing = !config.databaseUrl && config.sqlitePath !== ':memory:' && !existsSync(config.sqlitePath);
+  if (missing && !mayCreate) {
+    throw new ConfigError(
+      `${database} does not exist; set PETSTORE_DB to the service's database file (or create one with 'petstore migrate')`,
+    );
+  }
+  return openMigratedStore(config, () =>
+    io.err(missing ? `Created ${database}, which did not exist.` : `Using ${database}.`),
+  );
+}
+
+/** Runs `run` on the configured database, which must exist, and closes it. */
+export async function withStore<T>(config: Config, io: Output, run: (store: Store) => Promise<T>): Promise<T> {
+  const { store } = await openNamedStore(config, io);
+  try {
+    return await run(store);
+  } finally {
+    await store.close();
+  }
+}
+
+/** `petstore migrate`: creates the database when missing, applies its migrations, and resolves to 0. */
+export async function migrateCommand(config: Config, io: Output): Promise<number> {
+  const { store, applied } = await openNamedStore(config, io, { mayCreate: true });
+  await store.close();
+  io.err(
+    applied.length
+      ? `Applied ${applied.length} migration${applied.length > 1 ? 's' : ''}; the database is up to date.`
+      : 'The database is up to date.',
+  );
+  return 0;
 }

@@ -3,12 +3,9 @@ import { describeSettings } from '../config.js';
 import { oneLine } from '../errors.js';
 import { Name } from '../schemas.js';
 import type { KeyRecord, Store } from '../store/store.js';
+import { issueKey } from '../keys/issue.js';
 import { hashKey, isScope, keyHint, makeKey, scopes as allScopes, type Scope } from '../keys/keys.js';
-
-export interface Output {
-  out: (line: string) => void;
-  err: (line: string) => void;
-}
+import type { Output } from './output.js';
 
 export interface KeysDeps {
   io: Output;
@@ -16,35 +13,6 @@ export interface KeysDeps {
   withStore<T>(run: (store: Store) => Promise<T>): Promise<T>;
   /** The time keys are issued, rolled and judged at. */
   now?: () => Date;
-}
-
-/** Issues a key and returns it with its record; the key itself is never stored. */
-export async function issueKey(
-  store: Store,
-  name: string,
-  now = new Date(),
-  { scopes, expiresAt = null }: { scopes?: Scope[]; expiresAt?: Date | null } = {},
-) {
-  const key = makeKey();
-  const record = await store.createKey({
-    name,
-    hint: keyHint(key),
-    hash: hashKey(key),
-    createdAt: now,
-    scopes,
-    expiresAt,
-  });
-  return { key, record };
-}
-
-/**
- * On a store with no key at all, issues one named `first` and returns it; else undefined.
- * Atomic, so instances starting together issue one key between them.
- */
-export async function issueFirstKey(store: Store, now = new Date()) {
-  const key = makeKey();
-  const record = await store.createFirstKey({ name: 'first', hint: keyHint(key), hash: hashKey(key), createdAt: now });
-  return record && { key, record };
 }
 
 const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
