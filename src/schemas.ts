@@ -399,3 +399,11 @@ export const locationHeader: HeaderDoc = {
   pattern: '^/v1/pets/[1-9][0-9]*$',
   description: '/v1/pets/{id} of the new animal.',
 };
+
+/** What a key may do (CONTRACT.md): listPets and getPet, createPet, and `GET /metrics`. */
+export const scopes = ['pets:read', 'pets:write', 'metrics:read'] as const;
+export type Scope = (typeof scopes)[number];
+
+export function isScope(word: string): word is Scope {
+  return (scopes as readonly string[]).includes(word);
+}

@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import type { InjectOptions } from 'fastify';
 import { issueKey } from '../src/keys/issue.js';
-import { hashKey, makeKey, type Scope } from '../src/keys/keys.js';
+import { hashKey, makeKey } from '../src/keys/keys.js';
+import type { Scope } from '../src/schemas.js';
 import { addPet, assertError, manualClock, startApp } from './helpers.js';
 import { storeKinds, type StoreKind } from './stores.js';
 

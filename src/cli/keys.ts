@@ -1,10 +1,10 @@
 import { parseArgs } from 'node:util';
 import { describeSettings } from '../config.js';
 import { oneLine } from '../errors.js';
-import { Name } from '../schemas.js';
+import { isScope, Name, scopes as allScopes, type Scope } from '../schemas.js';
 import type { KeyRecord, Store } from '../store/store.js';
 import { issueKey } from '../keys/issue.js';
-import { hashKey, isScope, keyHint, makeKey, scopes as allScopes, type Scope } from '../keys/keys.js';
+import { hashKey, keyHint, makeKey } from '../keys/keys.js';
 import type { Output } from './output.js';
 
 export interface KeysDeps {

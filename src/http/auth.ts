@@ -2,7 +2,8 @@ import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHo
 import fp from 'fastify-plugin';
 import { systemClock, type Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
-import { hashKey, sameHash, scopes, type Scope } from '../keys/keys.js';
+import { hashKey, sameHash } from '../keys/keys.js';
+import { scopes, type Scope } from '../schemas.js';
 import type { ActiveKey, Store } from '../store/store.js';
 import { clientAddress } from './addresses.js';
 import { type RateFields, type RateLimits, withFields } from './rate-limit.js';

@@ -1,6 +1,6 @@
 import type { FastifyInstance, onRequestHookHandler } from 'fastify';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Scope } from '../keys/keys.js';
+import type { Scope } from '../schemas.js';
 import type { CloseReason } from './connections.js';
 import { petStatuses } from '../schemas.js';
 import type { ObserveCall } from '../store/instrumented.js';

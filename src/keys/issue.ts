@@ -1,5 +1,6 @@
 import type { Store } from '../store/store.js';
-import { hashKey, keyHint, makeKey, type Scope } from './keys.js';
+import type { Scope } from '../schemas.js';
+import { hashKey, keyHint, makeKey } from './keys.js';
 
 /** Issues a key and returns it with its record; the key itself is never stored. */
 export async function issueKey(

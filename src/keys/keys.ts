@@ -36,11 +36,3 @@ export function looksLikeKey(token: string): boolean {
 export function sameHash(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
-
-/** What a key may do (CONTRACT.md): listPets and getPet, createPet, and `GET /metrics`. */
-export const scopes = ['pets:read', 'pets:write', 'metrics:read'] as const;
-export type Scope = (typeof scopes)[number];
-
-export function isScope(word: string): word is Scope {
-  return (scopes as readonly string[]).includes(word);
-}

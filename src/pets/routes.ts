@@ -5,7 +5,7 @@ import type {
   HookHandlerDoneFunction,
   onRequestHookHandler,
 } from 'fastify';
-import type { Scope } from '../keys/keys.js';
+import type { Scope } from '../schemas.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError, unsupportedMediaType } from '../errors.js';

@@ -1,4 +1,4 @@
-import { scopes as allScopes, type Scope } from '../keys/keys.js';
+import { scopes as allScopes, type Scope } from '../schemas.js';
 import type { PetStatus } from '../schemas.js';
 import type { ActiveKey, IdempotencyClaim, KeyRecord, OnceOutcome, PetRecord, StoredResponse } from './store.js';
 

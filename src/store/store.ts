@@ -1,4 +1,4 @@
-import type { Scope } from '../keys/keys.js';
+import type { Scope } from '../schemas.js';
 import type { PetStatus } from '../schemas.js';
 
 export interface PetRecord {
