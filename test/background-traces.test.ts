@@ -9,7 +9,7 @@ import { batchedCounters } from '../src/http/rate-counters.js';
 import { groupCalls } from '../src/store/batches.js';
 import { groupCommits } from '../src/store/group-commit.js';
 import { InstrumentedStore } from '../src/store/instrumented.js';
-import { batchKeyUses } from '../src/store/key-uses.js';
+import { batchKeyUses } from '../src/keys/uses.js';
 import { withServerStatus } from '../src/tracing.js';
 import { tempSqliteStore } from './helpers.js';
 

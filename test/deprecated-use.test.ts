@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
-import { KEY_USE_WRITE_MS } from '../src/store/key-uses.js';
+import { KEY_USE_WRITE_MS } from '../src/keys/uses.js';
 import { addPet, appCountingWrites, startApp } from './helpers.js';
 import { childEnv, runCli, startServer } from './process.js';
 import { storeKinds } from './stores.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
 import { issueKey } from '../src/keys/issue.js';
-import { batchKeyUses, KEY_USE_WRITE_MS, type KeyUse } from '../src/store/key-uses.js';
+import { batchKeyUses, KEY_USE_WRITE_MS, type KeyUse } from '../src/keys/uses.js';
 import { appCountingWrites } from './helpers.js';
 import { storeKinds } from './stores.js';
 

@@ -3,7 +3,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { test, type TestContext } from 'node:test';
 import type { Clock } from '../src/clock.js';
 import { hashKey, keyHint, makeKey } from '../src/keys/keys.js';
-import { rememberActiveKeys } from '../src/store/key-memory.js';
+import { rememberActiveKeys } from '../src/keys/memory.js';
 import { storeKinds, type StoreKind } from './stores.js';
 
 /**

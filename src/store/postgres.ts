@@ -1,8 +1,8 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
 import { groupCalls } from './batches.js';
-import { rememberActiveKeys } from './key-memory.js';
-import { batchKeyUses, type KeyUse } from './key-uses.js';
+import { rememberActiveKeys } from '../keys/memory.js';
+import { batchKeyUses, type KeyUse } from '../keys/uses.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
 import {

@@ -1,4 +1,4 @@
-import { writeInBatches } from './batches.js';
+import { writeInBatches } from '../store/batches.js';
 
 /** Each key's last use is written at most this often, per instance (CONTRACT.md `keys list`). */
 export const KEY_USE_WRITE_MS = 60_000;

@@ -1,5 +1,5 @@
 import { systemClock, type Clock } from '../clock.js';
-import type { ActiveKey } from './store.js';
+import type { ActiveKey } from '../store/store.js';
 
 // CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
 // remembered for half that, so most requests cost no database work for their key; never past
