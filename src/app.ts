@@ -21,6 +21,7 @@ import { parseQuery } from './http/query.js';
 import { loggingOptions } from './http/request-log.js';
 import { tracing } from './http/tracing.js';
 import { compileValidator } from './http/validation.js';
+import { keyMemory } from './keys/memory.js';
 import { pets } from './pets/pets.js';
 import { sharedSchemas } from './schemas.js';
 import { InstrumentedStore } from './store/instrumented.js';
@@ -39,6 +40,8 @@ export interface AppDeps {
   logStream?: DestinationStream;
   /** How long a rate-limit hit waits in memory before it is added to the store's counts (200 ms). */
   hitFlushMs?: number;
+  /** How long a key's use waits in memory before it is written (10 s, keys/uses.ts). */
+  keyUseFlushMs?: number;
 }
 
 /**
@@ -53,6 +56,7 @@ export async function buildApp({
   logger,
   logStream,
   hitFlushMs,
+  keyUseFlushMs,
 }: AppDeps): Promise<FastifyInstance> {
   const metrics = createMetrics(plainStore);
   const store = new InstrumentedStore(
@@ -63,6 +67,8 @@ export async function buildApp({
   // The per-key and refused-key limits: the auth plugin counts them; answers given before any
   // key is read carry the client address's "refused-keys" fields, uncounted (CONTRACT.md Limits).
   const limits = new RateLimits(store, clock, config, hitFlushMs);
+  // Keys found lately, and their uses to write: most requests cost no database work for their key.
+  const keys = keyMemory(store, { clock, keyUseFlushMs });
   const app = Fastify({
     ...loggingOptions(config, logger, logStream),
     bodyLimit: BODY_LIMIT,
@@ -134,11 +140,17 @@ export async function buildApp({
       strictPreflight: false,
     });
   }
-  await app.register(auth, { store, clock, limits });
+  await app.register(auth, { keys, clock, limits });
 
   await registerDocs(app, config);
   registerHealth(app, store);
-  await app.register(pets, { store, clock, config, countDeprecatedCall: metrics.countDeprecatedCall });
+  await app.register(pets, {
+    store,
+    clock,
+    config,
+    countDeprecatedCall: metrics.countDeprecatedCall,
+    noteDeprecatedUse: keys.noteDeprecatedUse,
+  });
   registerMetrics(app, metrics, app.authenticate);
   for (const url of ['/v1/openapi.json', '/healthz', '/readyz', '/metrics']) refuseOtherMethods(app, url, ['GET']);
 

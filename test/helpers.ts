@@ -76,17 +76,20 @@ export async function startApp(
     store: given,
     clock = manualClock(),
     hitFlushMs,
+    keyUseFlushMs,
   }: {
     env?: Record<string, string>;
     store?: Store;
     clock?: ReturnType<typeof manualClock>;
     /** How long a rate-limit hit waits before it is added to the store's counts. */
     hitFlushMs?: number;
+    /** How long a key's use waits before it is written. */
+    keyUseFlushMs?: number;
   } = {},
 ): Promise<TestApp> {
   const store = given ?? (await defaultStore(t));
   const config = loadConfig({ ...env });
-  const app = await buildApp({ config, store, clock, logger: false, hitFlushMs });
+  const app = await buildApp({ config, store, clock, logger: false, hitFlushMs, keyUseFlushMs });
   t.after(() => app.close());
   const { key } = await issueKey(store, 'test');
   const call = (options: InjectOptions) =>
@@ -165,10 +168,10 @@ function countWritesOf(column: string): Record<StoreKind['name'], string> {
 export async function appCountingWrites(t: TestContext, kind: StoreKind, column: string, flushMs: number) {
   const database = await kind.createDatabase(t);
   const clock = manualClock();
-  const store = database.open({ clock, keyUseFlushMs: flushMs });
+  const store = database.open({ clock });
   await store.migrate();
   await database.execute(countWritesOf(column)[kind.name]);
-  const app = await startApp(t, { store, clock });
+  const app = await startApp(t, { store, clock, keyUseFlushMs: flushMs });
   const writes = () => database.scalar(`SELECT n FROM ${column}_writes`);
   return { ...app, database, writes };
 }

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
 import { issueKey } from '../src/keys/issue.js';
-import { batchKeyUses, KEY_USE_WRITE_MS, type KeyUse } from '../src/keys/uses.js';
+import { batchKeyUses, KEY_USE_WRITE_MS } from '../src/keys/uses.js';
+import type { KeyUse } from '../src/store/store.js';
 import { appCountingWrites } from './helpers.js';
 import { storeKinds } from './stores.js';
 

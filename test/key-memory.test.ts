@@ -3,28 +3,29 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { test, type TestContext } from 'node:test';
 import type { Clock } from '../src/clock.js';
 import { hashKey, keyHint, makeKey } from '../src/keys/keys.js';
-import { rememberActiveKeys } from '../src/keys/memory.js';
+import { keyMemory, rememberActiveKeys } from '../src/keys/memory.js';
 import { storeKinds, type StoreKind } from './stores.js';
 
 /**
- * A migrated store with one active key it has looked up once, and a way to revoke that key around
- * the store, as another instance or the keys command would.
+ * A migrated store with one active key, the key memory over it, which has looked the key up
+ * once, and a way to revoke that key around the store, as another instance or the keys command would.
  */
 async function storeWithKey(t: TestContext, kind: StoreKind, clock?: Clock) {
   const database = await kind.createDatabase(t);
-  const store = database.open({ clock });
+  const store = database.open();
   await store.migrate();
+  const keys = keyMemory(store, { clock });
   const secret = makeKey();
   const hash = hashKey(secret);
   const key = await store.createKey({ name: 'k', hint: keyHint(secret), hash, createdAt: new Date() });
-  assert.equal((await store.findActiveKey(hash))?.id, key.id);
+  assert.equal((await keys.findActiveKey(hash))?.id, key.id);
   const revokeAround = async () => {
     await database.execute(`UPDATE api_keys SET revoked_at = '2026-11-22T00:00:00Z' WHERE id = ${key.id}`);
     // Another process revokes in its own time: the store's next turn reads after it (the SQLite
     // store's reads of one turn share one snapshot, taken by the turn's first read).
     await nextTurn();
   };
-  return { store, hash, key, revokeAround };
+  return { keys, hash, key, revokeAround };
 }
 
 for (const kind of storeKinds) {
@@ -32,10 +33,10 @@ for (const kind of storeKinds) {
     `${kind.name}: a key revoked on another connection is refused within one second`,
     { skip: kind.skip },
     async (t) => {
-      const { store, hash, revokeAround } = await storeWithKey(t, kind);
+      const { keys, hash, revokeAround } = await storeWithKey(t, kind);
       await revokeAround();
       const revokedAt = Date.now();
-      while ((await store.findActiveKey(hash)) !== undefined) {
+      while ((await keys.findActiveKey(hash)) !== undefined) {
         assert.ok(Date.now() - revokedAt < 1000, 'still accepted a second after the revocation');
         await sleep(20);
       }
@@ -44,18 +45,18 @@ for (const kind of storeKinds) {
   );
 
   test(
-    `${kind.name}: a key revoked around the store is refused once the store's clock passes 500 ms`,
+    `${kind.name}: a key revoked around the store is refused once the key memory's clock passes 500 ms`,
     { skip: kind.skip },
     async (t) => {
       let now = 1_700_000_000_000;
-      const { store, hash, key, revokeAround } = await storeWithKey(t, kind, { now: () => now });
+      const { keys, hash, key, revokeAround } = await storeWithKey(t, kind, { now: () => now });
       await revokeAround();
       now += 499;
-      assert.equal(store.memory.rememberedKey(hash)?.id, key.id, "remembered while the store's clock is under 500 ms");
-      assert.equal((await store.findActiveKey(hash))?.id, key.id);
+      assert.equal(keys.rememberedKey(hash)?.id, key.id, 'remembered while the clock is under 500 ms');
+      assert.equal((await keys.findActiveKey(hash))?.id, key.id);
       now += 1;
-      assert.equal(store.memory.rememberedKey(hash), undefined);
-      assert.equal(await store.findActiveKey(hash), undefined);
+      assert.equal(keys.rememberedKey(hash), undefined);
+      assert.equal(await keys.findActiveKey(hash), undefined);
     },
   );
 }
@@ -81,8 +82,6 @@ test('an active key is answered from memory for 500 ms by the injected clock, th
   assert.equal(keys.remembered(key.hash), undefined, 'forgotten 500 ms after the lookup');
   assert.equal(await keys.find(key.hash), key);
   assert.equal(lookups, 2);
-  keys.forget();
-  assert.equal(keys.remembered(key.hash), undefined);
 });
 
 test('a key is remembered until 500 ms later or its expiry, whichever comes first, and an expired one not at all', async () => {

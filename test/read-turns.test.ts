@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { test, type TestContext } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import Database from 'better-sqlite3';
+import { keyMemory } from '../src/keys/memory.js';
 import type { Store } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';
 
@@ -116,7 +117,8 @@ test('revokeKey and rollKey after a read in the same turn are committed when the
 
 test("a batch of key uses written while the turn's read transaction is open is committed at once", async (t) => {
   const flushMs = 20;
-  const { store, path } = await tempSqliteStore(t, { keyUseFlushMs: flushMs });
+  const { store, path } = await tempSqliteStore(t);
+  const keys = keyMemory(store, { keyUseFlushMs: flushMs });
   const observer = new Database(path, { readonly: true });
   t.after(() => observer.close());
   const { id } = await store.createKey(newKey('used'));
@@ -125,7 +127,7 @@ test("a batch of key uses written while the turn's read transaction is open is c
   // turn's read transaction, the batch of key uses is written, then the observer looks.
   const lastUse = new Promise((resolve) => {
     setTimeout(() => void store.getPet(1n), flushMs);
-    store.memory.noteKeyUse(id, Date.now());
+    keys.noteKeyUse(id, Date.now());
     setTimeout(
       () => resolve(observer.prepare('SELECT last_used_at FROM api_keys WHERE id = ?').pluck().get(id)),
       flushMs,

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, test, type TestContext } from 'node:test';
+import { keyMemory } from '../src/keys/memory.js';
 import {
   PET_COUNTS_MAX_AGE_MS,
   type IdempotencyClaim,
@@ -238,15 +239,40 @@ for (const kind of storeKinds) {
       assert.deepEqual(await store.listKeys(), [record, other]);
     });
 
-    it('close writes the last uses and deprecated uses noted in memory, each in its own column', async (t) => {
+    it('writeKeyUses and writeDeprecatedUses write each in its own column, never moving a use back', async (t) => {
+      const [store] = await migrated(t);
+      const used = await store.createKey(newKey('used'));
+      const old = await store.createKey(newKey('old client'));
+      await store.writeKeyUses([
+        { id: used.id, at: T0 + 5000 },
+        { id: old.id, at: T0 + 1000 },
+      ]);
+      await store.writeKeyUses([{ id: used.id, at: T0 }]);
+      await store.writeDeprecatedUses([{ id: old.id, at: T0 + 2000 }]);
+      assert.deepEqual(
+        (await store.listKeys()).map((key) => [
+          key.name,
+          key.lastUsedAt?.getTime() ?? null,
+          key.lastDeprecatedUseAt?.getTime() ?? null,
+        ]),
+        [
+          ['used', T0 + 5000, null],
+          ['old client', T0 + 1000, T0 + 2000],
+        ],
+      );
+    });
+
+    it('the key memory, closed before the store, writes the uses noted in it, each in its own column', async (t) => {
       const database = await kind.createDatabase(t);
-      const first = database.open({ keyUseFlushMs: 60_000 });
+      const first = database.open();
       await first.migrate();
+      const memory = keyMemory(first, { keyUseFlushMs: 60_000 });
       const used = await first.createKey(newKey('used'));
       const old = await first.createKey(newKey('old client'));
-      first.memory.noteKeyUse(used.id, T0);
-      first.memory.noteKeyUse(old.id, T0 + 1000);
-      first.memory.noteDeprecatedUse(old.id, T0 + 2000);
+      memory.noteKeyUse(used.id, T0);
+      memory.noteKeyUse(old.id, T0 + 1000);
+      memory.noteDeprecatedUse(old.id, T0 + 2000);
+      await memory.close();
       await first.close();
       const second = database.open();
       await second.migrate();

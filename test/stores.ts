@@ -114,9 +114,8 @@ export async function createPostgresSchema(t: TestContext): Promise<string> {
 
 /** What a test may set on a store it opens, besides where its database is. */
 export interface StoreOptions {
+  /** What PostgreSQL's cached animal counts age by. */
   clock?: Clock;
-  /** How long a key's use waits in memory before it is written (src/store/key-uses.ts). */
-  keyUseFlushMs?: number;
 }
 
 /** `open`, with every store it opens closed after the test. */
@@ -143,7 +142,7 @@ const sqlite: StoreKind = {
     const dir = mkdtempSync(join(tmpdir(), 'petstore-store-'));
     const path = join(dir, 'petstore.db');
     afterTest(t, () => rmSync(dir, { recursive: true, force: true }));
-    const open = closedAfter(t, (options) => openSqliteStore(path, options));
+    const open = closedAfter(t, () => openSqliteStore(path));
     return {
       open,
       async execute(sql) {

@@ -4,7 +4,8 @@ import { systemClock, type Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import { hashKey, sameHash } from '../keys/keys.js';
 import { scopes, type Scope } from '../schemas.js';
-import type { ActiveKey, Store } from '../store/store.js';
+import type { KeyMemory } from '../keys/memory.js';
+import type { ActiveKey } from '../store/store.js';
 import { clientAddress } from './addresses.js';
 import { type RateFields, type RateLimits, withFields } from './rate-limit.js';
 
@@ -70,7 +71,7 @@ export interface Gate {
    */
   admit(address: () => string, authorization: string | undefined, connection: object, scope: Scope): Promise<Admission>;
   /**
-   * What `admit` would answer, at once, when the store remembers the key (see key-memory.ts)
+   * What `admit` would answer, at once, when the key memory holds the key (keys/memory.ts)
    * or no credentials were sent: the admission, or the 401, 403 or 429 thrown. Undefined when
    * only `admit` can tell; nothing is counted then.
    */
@@ -96,7 +97,7 @@ interface Credentials {
   hash: Buffer;
 }
 
-export function createGate(store: Store, limits: RateLimits, clock: Clock = systemClock): Gate {
+export function createGate(keys: KeyMemory, limits: RateLimits, clock: Clock = systemClock): Gate {
   // The last credentials each connection sent: a client sends the same header on every request
   // of a connection, so it is read and hashed once. The header is compared in constant time, as
   // a key would be.
@@ -122,7 +123,7 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
   const admitKey = (key: ActiveKey, scope: Scope, now = clock.now()): Admission => {
     const rateFields = limits.admitKey(key.id, now);
     if (!key.scopes.includes(scope)) throw withFields(forbidden[scope], rateFields);
-    store.memory.noteKeyUse(key.id, now);
+    keys.noteKeyUse(key.id, now);
     return { apiKeyId: key.id, rateFields };
   };
 
@@ -130,7 +131,7 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
   const expired = (key: ActiveKey, now: number) => key.expiresAt !== null && key.expiresAt <= now;
 
   async function lookUp(address: () => string, token: string, hash: Buffer): Promise<ActiveKey> {
-    const found = B64TOKEN.test(token) ? await store.findActiveKey(hash) : undefined;
+    const found = B64TOKEN.test(token) ? await keys.findActiveKey(hash) : undefined;
     const key = found && sameHash(found.hash, hash) ? found : undefined;
     if (!key || expired(key, clock.now())) {
       // Counted against the address: past its limit this throws the 429 instead.
@@ -141,7 +142,7 @@ export function createGate(store: Store, limits: RateLimits, clock: Clock = syst
   }
 
   const remembered = (hash: Buffer, now: number) => {
-    const key = store.memory.rememberedKey(hash);
+    const key = keys.rememberedKey(hash);
     return key && sameHash(key.hash, hash) && !expired(key, now) ? key : undefined;
   };
 
@@ -196,7 +197,8 @@ export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler
 }
 
 export interface AuthOptions {
-  store: Store;
+  /** The keys found and used lately (made in app.ts, which shares it with the routes). */
+  keys: KeyMemory;
   clock: Clock;
   /** The per-key and refused-key limits (made in app.ts, which shares them with the parser's answers). */
   limits: RateLimits;
@@ -215,11 +217,12 @@ declare module 'fastify' {
 
 /** Bearer API keys, their scopes and the rate limits, for the routes that ask with `app.authenticate(scope)`. */
 export const auth = fp<AuthOptions>(
-  async (app, { store, clock, limits }) => {
+  async (app, { keys, clock, limits }) => {
     app.decorateRequest('apiKeyId', undefined);
-    app.decorate('authenticate', authenticate(createGate(store, limits, clock)));
-    // After the routes' last requests, before the store closes (server.ts): the hits are written.
-    app.addHook('onClose', () => limits.close());
+    app.decorate('authenticate', authenticate(createGate(keys, limits, clock)));
+    // After the routes' last requests, before the store closes (server.ts): the hits and the
+    // keys' uses are written.
+    app.addHook('onClose', async () => void (await Promise.all([limits.close(), keys.close()])));
   },
   { name: 'petstore-auth' },
 );

@@ -1,5 +1,6 @@
 import { systemClock, type Clock } from '../clock.js';
-import type { ActiveKey } from '../store/store.js';
+import type { ActiveKey, Store } from '../store/store.js';
+import { batchKeyUses } from './uses.js';
 
 // CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
 // remembered for half that, so most requests cost no database work for their key; never past
@@ -10,8 +11,7 @@ const KEYS_REMEMBERED = 1000;
 /**
  * `find` (the store's lookup of an active key by hash) with a short memory of the keys it
  * found, until KEY_MEMORY_MS later or the key's expiry, whichever comes first. Revocations and
- * rolls made through this store take effect at once (`forget`); those made elsewhere (another
- * instance, the keys command) within KEY_MEMORY_MS.
+ * rolls, made by the keys command, take effect within KEY_MEMORY_MS.
  *
  * @example
  * const keys = rememberActiveKeys((hash) => lookUp(hash));
@@ -46,8 +46,46 @@ export function rememberActiveKeys(
     remembered(hash: Buffer): ActiveKey | undefined {
       return recall(hash.toString('latin1'), clock.now());
     },
-    forget(): void {
-      remembered = new Map();
-    },
+  };
+}
+
+/** What the service keeps of its keys in this process's memory, synchronously where it can. */
+export interface KeyMemory {
+  /** The active key with this hash, when found active in the last 500 ms and not expired since. */
+  rememberedKey(hash: Buffer): ActiveKey | undefined;
+  /** The active key with this hash: from memory, or else from the store (see rememberActiveKeys). */
+  findActiveKey(hash: Buffer): Promise<ActiveKey | undefined>;
+  /**
+   * Notes that key `id` was used at `now` (unix ms). Kept in memory; written in batches, at most
+   * once a minute per key, off the request path (batchKeyUses). Never throws.
+   */
+  noteKeyUse(id: number, now: number): void;
+  /** Notes that key `id` called a deprecated operation at `now`; kept and written as noteKeyUse's. */
+  noteDeprecatedUse(id: number, now: number): void;
+  /** Writes the uses not yet written; call it before closing the store. */
+  close(): Promise<void>;
+}
+
+/**
+ * The key memory and key-use batching of one instance, over the store's plain lookup and writes.
+ *
+ * @example
+ * const keys = keyMemory(store);
+ * keys.rememberedKey(hash) ?? (await keys.findActiveKey(hash));
+ * await keys.close(); // then store.close()
+ */
+export function keyMemory(
+  store: Pick<Store, 'findActiveKey' | 'writeKeyUses' | 'writeDeprecatedUses'>,
+  { clock = systemClock, keyUseFlushMs }: { clock?: Clock; keyUseFlushMs?: number } = {},
+): KeyMemory {
+  const activeKeys = rememberActiveKeys((hash) => store.findActiveKey(hash), clock);
+  const keyUses = batchKeyUses((uses) => store.writeKeyUses(uses), keyUseFlushMs);
+  const deprecatedUses = batchKeyUses((uses) => store.writeDeprecatedUses(uses), keyUseFlushMs);
+  return {
+    rememberedKey: activeKeys.remembered,
+    findActiveKey: activeKeys.find,
+    noteKeyUse: keyUses.note,
+    noteDeprecatedUse: deprecatedUses.note,
+    close: async () => void (await Promise.all([keyUses.close(), deprecatedUses.close()])),
   };
 }

@@ -1,15 +1,10 @@
 import { writeInBatches } from '../store/batches.js';
+import type { KeyUse } from '../store/store.js';
 
 /** Each key's last use is written at most this often, per instance (CONTRACT.md `keys list`). */
 export const KEY_USE_WRITE_MS = 60_000;
 /** How long a use waits in memory before it is written with the others. */
 export const KEY_USE_FLUSH_MS = 10_000;
-
-export interface KeyUse {
-  id: number;
-  /** Unix ms. */
-  at: number;
-}
 
 /**
  * Last uses of keys, kept in memory on the request path and written by `write` in batches, off

@@ -12,6 +12,8 @@ export interface PetsOptions {
   config: Config;
   /** Counts a call of a deprecated operation (petstore_deprecated_requests_total). */
   countDeprecatedCall: (operation: 'getPet') => void;
+  /** Notes that a key called a deprecated operation (KeyMemory.noteDeprecatedUse). */
+  noteDeprecatedUse: (apiKeyId: number, now: number) => void;
 }
 
 /**
@@ -20,9 +22,17 @@ export interface PetsOptions {
  * a store whose pages never change (Store.idsVisibleInOrder).
  */
 export const pets = fp<PetsOptions>(
-  async (app, { store, clock, config, countDeprecatedCall }) => {
+  async (app, { store, clock, config, countDeprecatedCall, noteDeprecatedUse }) => {
     const pages = store.idsVisibleInOrder ? new PageCache() : undefined;
-    const deps = { store, clock, config, authenticate: app.authenticate, pages, countDeprecatedCall };
+    const deps = {
+      store,
+      clock,
+      config,
+      authenticate: app.authenticate,
+      pages,
+      countDeprecatedCall,
+      noteDeprecatedUse,
+    };
     listPets(app, deps);
     createPet(app, deps);
     getPet(app, deps);

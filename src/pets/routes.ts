@@ -43,6 +43,8 @@ export interface PetDeps {
   pages?: PageCache;
   /** Counts a call of a deprecated operation (petstore_deprecated_requests_total, http/metrics.ts). */
   countDeprecatedCall?: (operation: 'getPet') => void;
+  /** Notes that a key called a deprecated operation (keys/memory.ts). */
+  noteDeprecatedUse?: (apiKeyId: number, now: number) => void;
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -220,7 +222,10 @@ function requireJsonBody(request: FastifyRequest, _reply: FastifyReply, done: Ho
   done(request.headers['content-type'] === undefined ? unsupportedMediaType() : undefined);
 }
 
-export function getPet(app: FastifyInstance, { store, clock, config, authenticate, countDeprecatedCall }: PetDeps) {
+export function getPet(
+  app: FastifyInstance,
+  { store, clock, config, authenticate, countDeprecatedCall, noteDeprecatedUse }: PetDeps,
+) {
   const headers = deprecationHeaders(config);
   const sunsetMs = config.sunsetSeconds * 1000;
   app.get<{ Params: PetParams }>(
@@ -231,9 +236,9 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
       preValidation: (request, reply, done) => {
         reply.headers(headers);
         // CONTRACT.md "Deprecated use": every admitted call, whatever its answer, counted and
-        // noted against its key (in memory; written at most once a minute per key, key-uses.ts).
+        // noted against its key (in memory; written at most once a minute per key, keys/uses.ts).
         countDeprecatedCall?.('getPet');
-        if (request.apiKeyId !== undefined) store.memory.noteDeprecatedUse(request.apiKeyId, clock.now());
+        if (request.apiKeyId !== undefined) noteDeprecatedUse?.(request.apiKeyId, clock.now());
         done(
           clock.now() >= sunsetMs
             ? new ApiError('gone', 'getPet was removed on 2030-12-05; list animals with GET /v1/pets instead.')

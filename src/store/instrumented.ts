@@ -3,6 +3,7 @@ import {
   StoreUnavailableError,
   type IdempotencyClaim,
   type KeyRoll,
+  type KeyUse,
   type ListQuery,
   type NewKeyRecord,
   type NewPetRecord,
@@ -44,10 +45,6 @@ export class InstrumentedStore implements Store {
     this.#inner = inner;
     this.#observe = observe;
     this.#spanAttributes = { 'db.system.name': system, 'db.system': system };
-  }
-
-  get memory() {
-    return this.#inner.memory;
   }
 
   get idsVisibleInOrder() {
@@ -144,6 +141,15 @@ export class InstrumentedStore implements Store {
 
   findActiveKey(hash: Buffer) {
     return this.#watch('findActiveKey', false, this.#inner.findActiveKey(hash));
+  }
+
+  // Written off the request path, in batches, whoever used the keys: not a request's store call.
+  writeKeyUses(uses: KeyUse[]) {
+    return this.#inner.writeKeyUses(uses);
+  }
+
+  writeDeprecatedUses(uses: KeyUse[]) {
+    return this.#inner.writeDeprecatedUses(uses);
   }
 
   listKeys() {

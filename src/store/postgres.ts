@@ -1,8 +1,6 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
 import { groupCalls } from './batches.js';
-import { rememberActiveKeys } from '../keys/memory.js';
-import { batchKeyUses, type KeyUse } from '../keys/uses.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
 import {
@@ -27,6 +25,7 @@ import {
   StoreUnavailableError,
   type IdempotencyClaim,
   type KeyRoll,
+  type KeyUse,
   type ListQuery,
   type NewKeyRecord,
   type NewPetRecord,
@@ -42,10 +41,8 @@ export interface PostgresOptions {
   poolSize?: number;
   /** Longest wait for a connection, and for any one statement, before StoreUnavailableError. */
   timeoutMs?: number;
-  /** What remembering an active key for 500 ms, and the age of the animals' counts, count by. */
+  /** What the age of the animals' counts counts by. */
   clock?: Clock;
-  /** How long a key's use waits in memory before it is written (key-uses.ts). */
-  keyUseFlushMs?: number;
 }
 
 const INT8_OID = 20;
@@ -241,7 +238,7 @@ export const pageKey = (q: ListQuery) => `${q.status ?? ''} ${q.afterId ?? 0n} $
  */
 export function openPostgresStore(
   url: string,
-  { poolSize = 10, timeoutMs = 5000, clock = systemClock, keyUseFlushMs }: PostgresOptions = {},
+  { poolSize = 10, timeoutMs = 5000, clock = systemClock }: PostgresOptions = {},
 ): Store {
   const connection: pg.ClientConfig = {
     connectionString: url,
@@ -309,17 +306,9 @@ export function openPostgresStore(
     }
   }
 
-  // Most requests then cost no round trip for their key.
-  const activeKeys = rememberActiveKeys(async (hash) => {
-    const { rows } = await query<ActiveKeyRow>('findKey', [hash]);
-    return rows[0] && toActiveKey(rows[0]);
-  }, clock);
-  const batchUses = (name: 'writeKeyUses' | 'writeDeprecatedUses') =>
-    batchKeyUses(async (uses: KeyUse[]) => {
-      await query(name, [uses.map((use) => use.id), uses.map((use) => new Date(use.at))]);
-    }, keyUseFlushMs);
-  const keyUses = batchUses('writeKeyUses');
-  const deprecatedUses = batchUses('writeDeprecatedUses');
+  const writeUses = async (name: 'writeKeyUses' | 'writeDeprecatedUses', uses: KeyUse[]) => {
+    await query(name, [uses.map((use) => use.id), uses.map((use) => new Date(use.at))]);
+  };
   const newKeyValues = (key: NewKeyRecord) => [
     key.name,
     key.hint,
@@ -416,11 +405,6 @@ export function openPostgresStore(
   };
 
   const store: Store = {
-    memory: {
-      rememberedKey: activeKeys.remembered,
-      noteKeyUse: keyUses.note,
-      noteDeprecatedUse: deprecatedUses.note,
-    },
     idsVisibleInOrder: false,
     isDiskError,
     probeWrite,
@@ -534,8 +518,12 @@ export function openPostgresStore(
     },
 
     async findActiveKey(hash: Buffer) {
-      return activeKeys.find(hash);
+      const { rows } = await query<ActiveKeyRow>('findKey', [hash]);
+      return rows[0] && toActiveKey(rows[0]);
     },
+
+    writeKeyUses: (uses: KeyUse[]) => writeUses('writeKeyUses', uses),
+    writeDeprecatedUses: (uses: KeyUse[]) => writeUses('writeDeprecatedUses', uses),
 
     async listKeys() {
       const { rows } = await query<KeyRow>('listKeys');
@@ -543,7 +531,6 @@ export function openPostgresStore(
     },
 
     async rollKey({ id, successor, oldExpiresAt, at }: KeyRoll): Promise<RollOutcome> {
-      activeKeys.forget();
       return inTransaction(async (client): Promise<RollOutcome> => {
         const { rows } = await query<KeyRow>('lockKey', [id], client);
         const refused = refuseRoll(rows[0], at);
@@ -561,7 +548,6 @@ export function openPostgresStore(
     },
 
     async revokeKey(id: number, at: Date) {
-      activeKeys.forget();
       const { rowCount } = await query('revokeKey', [at, id]);
       return (rowCount ?? 0) > 0;
     },
@@ -583,8 +569,6 @@ export function openPostgresStore(
         getPets.settle(),
         listAllPages.settle(),
         listPagesByStatus.settle(),
-        keyUses.close(),
-        deprecatedUses.close(),
       ]).then(() => pool.end());
       await closed;
     },

@@ -1,11 +1,8 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { systemClock, type Clock } from '../clock.js';
 import { processCounts } from './process-counts.js';
 import { groupCommits, retrying, type RetryOptions } from './group-commit.js';
-import { rememberActiveKeys } from '../keys/memory.js';
-import { batchKeyUses, type KeyUse } from '../keys/uses.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import { readTurns } from './read-turns.js';
 import type { PetStatus } from '../schemas.js';
@@ -28,6 +25,7 @@ import {
   StoreUnavailableError,
   type IdempotencyClaim,
   type KeyRoll,
+  type KeyUse,
   type ListQuery,
   type NewKeyRecord,
   type NewPetRecord,
@@ -119,13 +117,9 @@ export function openSqliteStore(
   path: string,
   {
     busyTimeoutMs = 5000,
-    clock = systemClock,
-    keyUseFlushMs,
     maxPageCount,
   }: {
     busyTimeoutMs?: number;
-    clock?: Clock;
-    keyUseFlushMs?: number;
     /** Most pages the file may have (PRAGMA max_page_count): past it, writes fail as on a full disk. */
     maxPageCount?: number;
   } = {},
@@ -228,14 +222,6 @@ export function openSqliteStore(
     exhausted: (error) => new StoreUnavailableError(error),
   };
   const whileBusy = <T>(work: () => T): T | Promise<T> => retrying(work, busyRetry);
-  const activeKeys = rememberActiveKeys(
-    (hash) =>
-      whileBusy(() => {
-        const row = forReading().findKey.get(hash);
-        return row && toActiveKey(row);
-      }),
-    clock,
-  );
   const writeKeyUses = db.transaction((column: 'noteKeyUse' | 'noteDeprecatedUse', uses: KeyUse[]) => {
     for (const { id, at } of uses) {
       const time = new Date(at).toISOString();
@@ -244,18 +230,15 @@ export function openSqliteStore(
   });
   // Off the request path, so it must not block it either: a write lock another process holds
   // makes this batch fail at once (and be retried with the next one) rather than wait busy_timeout.
-  const batchUses = (column: 'noteKeyUse' | 'noteDeprecatedUse') =>
-    batchKeyUses((uses) => {
-      reads.end();
-      db.pragma('busy_timeout = 0');
-      try {
-        writeKeyUses.immediate(column, uses);
-      } finally {
-        db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
-      }
-    }, keyUseFlushMs);
-  const keyUses = batchUses('noteKeyUse');
-  const deprecatedUses = batchUses('noteDeprecatedUse');
+  const writeUses = async (column: 'noteKeyUse' | 'noteDeprecatedUse', uses: KeyUse[]) => {
+    reads.end();
+    db.pragma('busy_timeout = 0');
+    try {
+      writeKeyUses.immediate(column, uses);
+    } finally {
+      db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
+    }
+  };
   const newKeyValues = (key: NewKeyRecord) =>
     [
       key.name,
@@ -301,7 +284,6 @@ export function openSqliteStore(
   };
 
   const store: Store = {
-    memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, noteDeprecatedUse: deprecatedUses.note },
     idsVisibleInOrder: true,
     isDiskError,
     probeWrite,
@@ -394,8 +376,14 @@ export function openSqliteStore(
     },
 
     async findActiveKey(hash: Buffer) {
-      return activeKeys.find(hash);
+      return whileBusy(() => {
+        const row = forReading().findKey.get(hash);
+        return row && toActiveKey(row);
+      });
     },
+
+    writeKeyUses: (uses: KeyUse[]) => writeUses('noteKeyUse', uses),
+    writeDeprecatedUses: (uses: KeyUse[]) => writeUses('noteDeprecatedUse', uses),
 
     async listKeys() {
       return whileBusy(() => forReading().listKeys.all().map(toKey));
@@ -422,7 +410,6 @@ export function openSqliteStore(
       });
       return whileBusy(() => {
         forWriting();
-        activeKeys.forget();
         return roll.immediate();
       });
     },
@@ -430,7 +417,6 @@ export function openSqliteStore(
     async revokeKey(id: number, at: Date) {
       return whileBusy(() => {
         const s = forWriting();
-        activeKeys.forget();
         return s.revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
       });
     },
@@ -445,10 +431,7 @@ export function openSqliteStore(
 
     async close() {
       reads.end();
-      if (statements) {
-        creates.flush();
-        await Promise.all([keyUses.close(), deprecatedUses.close()]);
-      }
+      if (statements) creates.flush();
       db.close();
     },
   };

@@ -100,20 +100,11 @@ export interface ActiveKey {
   expiresAt: number | null;
 }
 
-/** What a store answers from this process's memory, synchronously: no database work, no promise. */
-export interface StoreMemory {
-  /**
-   * The active key with this hash, when the store found it active in the last 500 ms and it has
-   * not expired since (see key-memory.ts).
-   */
-  rememberedKey(hash: Buffer): ActiveKey | undefined;
-  /**
-   * Notes that key `id` was used at `now` (unix ms). Kept in memory; written in batches, at most
-   * once a minute per key, off the request path (key-uses.ts). Never throws.
-   */
-  noteKeyUse(id: number, now: number): void;
-  /** Notes that key `id` called a deprecated operation at `now`; kept and written as noteKeyUse's. */
-  noteDeprecatedUse(id: number, now: number): void;
+/** A key's use to write: the key's id and when (unix ms). */
+export interface KeyUse {
+  id: number;
+  /** Unix ms. */
+  at: number;
 }
 
 /**
@@ -121,7 +112,6 @@ export interface StoreMemory {
  * know nothing of HTTP.
  */
 export interface Store {
-  readonly memory: StoreMemory;
   /**
    * True when ids become visible in ascending order and animals are never changed or removed,
    * so a page of animals that another animal follows never changes (SQLite, whose writers take
@@ -163,8 +153,19 @@ export interface Store {
   countPetsByStatus(): Promise<Record<PetStatus, number>>;
 
   createKey(key: NewKeyRecord): Promise<KeyRecord>;
-  /** The key with this hash unless it is revoked (an expired one too: see ActiveKey), if any. */
+  /**
+   * The key with this hash unless it is revoked (an expired one too: see ActiveKey), if any,
+   * read from the database on every call.
+   */
   findActiveKey(hash: Buffer): Promise<ActiveKey | undefined>;
+  /**
+   * Sets each key's last use to `at` unless a later one is written already (another instance's).
+   * May fail at once rather than wait for a database another process holds: the caller keeps
+   * the uses and tries again later.
+   */
+  writeKeyUses(uses: KeyUse[]): Promise<void>;
+  /** Sets each key's last call of a deprecated operation, as writeKeyUses sets its last use. */
+  writeDeprecatedUses(uses: KeyUse[]): Promise<void>;
   listKeys(): Promise<KeyRecord[]>;
   /**
    * Issues a successor to a key that is neither revoked, expired nor already replaced, and sets
@@ -182,7 +183,6 @@ export interface Store {
    */
   addHits(windowStart: number, subjects: string[], hits: number[]): Promise<Map<string, number>>;
 
-  /** Writes the key uses not yet written, then closes. */
   close(): Promise<void>;
 }
 
