@@ -230,7 +230,7 @@ export async function runDatabaseCommand(argv: string[], deps: DatabaseDeps): Pr
  * not exist is created only by `serve` and `migrate` (`mayCreate`), and the note says so: any
  * other command refuses it, since a key put in a new file is one the service never sees.
  */
-export async function openNamedStore(config: Config, io: Output, { mayCreate = false } = {}) {
+async function openNamedStore(config: Config, io: Output, { mayCreate = false } = {}) {
   const database = describeDatabase(config);
   const missing = !config.databaseUrl && config.sqlitePath !== ':memory:' && !existsSync(config.sqlitePath);
   if (missing && !mayCreate) {

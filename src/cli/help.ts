@@ -2,7 +2,7 @@ import { describeSettings } from '../config.js';
 import { databaseHelp } from './database.js';
 import { keysHelp } from './keys.js';
 
-export const usage = `Usage: petstore <command> [options]
+const usage = `Usage: petstore <command> [options]
        (npx petstore <command> in the installation folder)
 
 Commands:
