@@ -68,7 +68,9 @@ export async function buildApp({
   // key is read carry the client address's "refused-keys" fields, uncounted (CONTRACT.md Limits).
   const limits = new RateLimits(store, clock, config, hitFlushMs);
   // Keys found lately, and their uses to write: most requests cost no database work for their key.
-  const keys = keyMemory(store, { clock, keyUseFlushMs });
+  // By the system's clock, as its timers are: how long a revoked key may still be served is real
+  // time, whatever clock the service's answers follow (expiry is judged by that one, in auth.ts).
+  const keys = keyMemory(store, { keyUseFlushMs });
   const app = Fastify({
     ...loggingOptions(config, logger, logStream),
     bodyLimit: BODY_LIMIT,

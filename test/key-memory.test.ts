@@ -82,6 +82,8 @@ test('an active key is answered from memory for 500 ms by the injected clock, th
   assert.equal(keys.remembered(key.hash), undefined, 'forgotten 500 ms after the lookup');
   assert.equal(await keys.find(key.hash), key);
   assert.equal(lookups, 2);
+  keys.forget();
+  assert.equal(keys.remembered(key.hash), undefined);
 });
 
 test('a key is remembered until 500 ms later or its expiry, whichever comes first, and an expired one not at all', async () => {

@@ -137,8 +137,6 @@ test('a key revoked elsewhere is refused on a cached page within one second', as
   const [key] = await other.listKeys();
   assert.equal(await other.revokeKey(key!.id, new Date()), true);
   const revokedAt = Date.now();
-  // A second later by the service's clock, which the key memory follows.
-  app.clock.set(app.clock.now() + 1000);
   let response = await app.get('/v1/pets?limit=5');
   while (response.status === 200) {
     assert.ok(Date.now() - revokedAt < 1000, 'a revoked key was still served a second later');

@@ -298,6 +298,24 @@ for (const kind of storeKinds) {
       assert.deepEqual(await store.listKeys(), [{ ...record, revokedAt: at }]);
     });
 
+    it('onKeysChanged hears each revocation and roll made through the store, not a new key', async (t) => {
+      const [store] = await migrated(t);
+      let heard = 0;
+      store.onKeysChanged(() => void heard++);
+      const record = await store.createKey(newKey('rolled'));
+      assert.equal(heard, 0, 'a new key changes nothing already kept');
+      const roll = await store.rollKey({
+        id: record.id,
+        successor: { hint: 'psk_next', hash: randomBytes(32), createdAt: new Date() },
+        oldExpiresAt: new Date(Date.now() + 60_000),
+        at: new Date(),
+      });
+      assert.equal(roll.kind, 'rolled');
+      assert.equal(heard, 1);
+      assert.equal(await store.revokeKey(record.id, new Date()), true);
+      assert.equal(heard, 2);
+    });
+
     it('createFirstKey creates a key only when there is none at all', async (t) => {
       const [store] = await migrated(t);
       const first = await store.createFirstKey(newKey('first'));

@@ -11,7 +11,8 @@ const KEYS_REMEMBERED = 1000;
 /**
  * `find` (the store's lookup of an active key by hash) with a short memory of the keys it
  * found, until KEY_MEMORY_MS later or the key's expiry, whichever comes first. Revocations and
- * rolls, made by the keys command, take effect within KEY_MEMORY_MS.
+ * rolls made through the same store take effect at once (`forget`); those made elsewhere
+ * (another instance, the keys command) within KEY_MEMORY_MS.
  *
  * @example
  * const keys = rememberActiveKeys((hash) => lookUp(hash));
@@ -46,6 +47,9 @@ export function rememberActiveKeys(
     remembered(hash: Buffer): ActiveKey | undefined {
       return recall(hash.toString('latin1'), clock.now());
     },
+    forget(): void {
+      remembered = new Map();
+    },
   };
 }
 
@@ -75,10 +79,11 @@ export interface KeyMemory {
  * await keys.close(); // then store.close()
  */
 export function keyMemory(
-  store: Pick<Store, 'findActiveKey' | 'writeKeyUses' | 'writeDeprecatedUses'>,
+  store: Pick<Store, 'findActiveKey' | 'writeKeyUses' | 'writeDeprecatedUses' | 'onKeysChanged'>,
   { clock = systemClock, keyUseFlushMs }: { clock?: Clock; keyUseFlushMs?: number } = {},
 ): KeyMemory {
   const activeKeys = rememberActiveKeys((hash) => store.findActiveKey(hash), clock);
+  store.onKeysChanged(activeKeys.forget);
   const keyUses = batchKeyUses((uses) => store.writeKeyUses(uses), keyUseFlushMs);
   const deprecatedUses = batchKeyUses((uses) => store.writeDeprecatedUses(uses), keyUseFlushMs);
   return {

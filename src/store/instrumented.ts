@@ -172,6 +172,10 @@ export class InstrumentedStore implements Store {
     return this.#watch('addHits', false, this.#inner.addHits(windowStart, subjects, hits));
   }
 
+  onKeysChanged(listener: () => void) {
+    this.#inner.onKeysChanged(listener);
+  }
+
   close() {
     return this.#inner.close();
   }

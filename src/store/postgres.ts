@@ -309,6 +309,8 @@ export function openPostgresStore(
   const writeUses = async (name: 'writeKeyUses' | 'writeDeprecatedUses', uses: KeyUse[]) => {
     await query(name, [uses.map((use) => use.id), uses.map((use) => new Date(use.at))]);
   };
+  const keyListeners: (() => void)[] = [];
+  const keysChanged = () => keyListeners.forEach((listener) => listener());
   const newKeyValues = (key: NewKeyRecord) => [
     key.name,
     key.hint,
@@ -531,6 +533,7 @@ export function openPostgresStore(
     },
 
     async rollKey({ id, successor, oldExpiresAt, at }: KeyRoll): Promise<RollOutcome> {
+      keysChanged();
       return inTransaction(async (client): Promise<RollOutcome> => {
         const { rows } = await query<KeyRow>('lockKey', [id], client);
         const refused = refuseRoll(rows[0], at);
@@ -548,8 +551,13 @@ export function openPostgresStore(
     },
 
     async revokeKey(id: number, at: Date) {
+      keysChanged();
       const { rowCount } = await query('revokeKey', [at, id]);
       return (rowCount ?? 0) > 0;
+    },
+
+    onKeysChanged(listener: () => void) {
+      keyListeners.push(listener);
     },
 
     async createFirstKey(key: NewKeyRecord) {

@@ -239,6 +239,8 @@ export function openSqliteStore(
       db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
     }
   };
+  const keyListeners: (() => void)[] = [];
+  const keysChanged = () => keyListeners.forEach((listener) => listener());
   const newKeyValues = (key: NewKeyRecord) =>
     [
       key.name,
@@ -410,6 +412,7 @@ export function openSqliteStore(
       });
       return whileBusy(() => {
         forWriting();
+        keysChanged();
         return roll.immediate();
       });
     },
@@ -417,8 +420,13 @@ export function openSqliteStore(
     async revokeKey(id: number, at: Date) {
       return whileBusy(() => {
         const s = forWriting();
+        keysChanged();
         return s.revokeKey.run(at.toISOString(), BigInt(id)).changes > 0;
       });
+    },
+
+    onKeysChanged(listener: () => void) {
+      keyListeners.push(listener);
     },
 
     async createFirstKey(key: NewKeyRecord) {

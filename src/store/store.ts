@@ -176,6 +176,11 @@ export interface Store {
   createFirstKey(key: NewKeyRecord): Promise<KeyRecord | undefined>;
   /** False when no active key has this id. */
   revokeKey(id: number, at: Date): Promise<boolean>;
+  /**
+   * Calls `listener` as each revocation or roll is made through this store, so what is kept of
+   * the keys above it (keys/memory.ts) is dropped at once; one made elsewhere is not heard of.
+   */
+  onKeysChanged(listener: () => void): void;
 
   /**
    * Adds `hits[i]` to `subjects[i]`'s count in the window starting at `windowStart` (unix ms),
