@@ -1,5 +1,4 @@
 import fp from 'fastify-plugin';
-import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { refuseOtherMethods } from '../http/methods.js';
@@ -29,7 +28,7 @@ export const events = fp<EventsOptions>(
       clock,
       retentionMs: config.eventRetentionMs,
       everyMs: pruneEveryMs,
-      log: app.log as FastifyBaseLogger,
+      log: app.log,
     });
     app.addHook('onClose', () => retention.stop());
   },

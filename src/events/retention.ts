@@ -1,4 +1,3 @@
-import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../clock.js';
 import type { Store } from '../store/store.js';
 
@@ -11,7 +10,7 @@ export interface RetentionOptions {
   everyMs?: number;
   /** Events deleted per statement: one short write, never a long lock. */
   batchSize?: number;
-  log?: Pick<FastifyBaseLogger, 'warn'>;
+  log?: { warn(details: object, message: string): void };
 }
 
 export interface Retention {
