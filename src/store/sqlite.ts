@@ -156,6 +156,7 @@ export function openSqliteStore(
     insertPet: db.prepare('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)'),
     deletePet: db.prepare('DELETE FROM pets WHERE id = ?'),
     insertEvent: db.prepare('INSERT INTO events (type, created_at, data) VALUES (?, ?, ?)'),
+    deleteEvent: db.prepare('DELETE FROM events WHERE seq = ?'),
     listEvents: db.prepare<[bigint, number], EventRow>(LIST_EVENTS),
     // Among the `limit` oldest only: the work is bounded whatever the table holds.
     pruneEvents: db.prepare(
@@ -282,9 +283,8 @@ export function openSqliteStore(
     return { id: BigInt(lastInsertRowid), ...pet };
   };
   // The outbox (docs/events.md): the event is written after its animal, in the same transaction.
-  const insertEvent = (pet: PetRecord) => {
-    ready().insertEvent.run('pet.created', new Date(clock.now()).toISOString(), petJson(pet));
-  };
+  const insertEvent = (pet: PetRecord) =>
+    ready().insertEvent.run('pet.created', new Date(clock.now()).toISOString(), petJson(pet)).lastInsertRowid;
   // Two statements: better-sqlite3 makes it a SAVEPOINT inside the group's transaction, so an
   // animal is never stored without its event, nor an event without its animal.
   const createOne = db.transaction((pet: NewPetRecord): PetRecord => {
@@ -319,10 +319,15 @@ export function openSqliteStore(
     { oneStatementEach: true, retry: busyRetry, beforeWrite: reads.end },
   );
 
-  // A write that reaches the disk, as a create does (it costs an id, never shown): see InstrumentedStore.
+  // A write that reaches the disk as a create does, an animal and its event (it costs an id and
+  // a sequence number, never shown): see InstrumentedStore.
   const probeWrite = async () => {
     const s = forWriting();
-    db.transaction(() => s.deletePet.run(s.insertPet.run('write probe', 0n, 'available').lastInsertRowid)).immediate();
+    db.transaction(() => {
+      const pet = insertPet({ name: 'write probe', categoryId: 0n, status: 'available' });
+      s.deleteEvent.run(insertEvent(pet));
+      s.deletePet.run(pet.id);
+    }).immediate();
   };
 
   const store: Store = {
