@@ -4,7 +4,7 @@ import { groupCalls } from './batches.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
-import type { PetStatus } from '../schemas.js';
+import { INT64_MAX, type PetStatus } from '../schemas.js';
 import {
   ACTIVE_KEY_COLUMNS,
   countByStatus,
@@ -85,6 +85,11 @@ const PET_JSON =
   `'{"id":' || p.id || ',"name":' || to_json(p.name)::text || ',"categoryId":' || p.category_id || ` +
   `',"status":"' || p.status || '"}'`;
 
+// An event's tx, and the feed's horizon: transaction ids on the event clock (migration 006).
+const OFFSET = '(SELECT tx_offset FROM event_clock)';
+const EVENT_TX = `(pg_current_xact_id()::text::bigint + ${OFFSET})`;
+const HORIZON = `(pg_snapshot_xmin(pg_current_snapshot())::text::bigint + ${OFFSET})`;
+
 /**
  * The outbox (docs/events.md): `pets`, the animals a statement inserted, each with its event in
  * the same statement, so in the same transaction: no extra round trip. ORDER BY p.id: within a
@@ -92,8 +97,19 @@ const PET_JSON =
  */
 const withEvents = (insertPets: string) =>
   `WITH p AS (${insertPets} RETURNING ${PET_COLUMNS}), ` +
-  `e AS (INSERT INTO events (type, created_at, data) SELECT 'pet.created', $4::timestamptz, ${PET_JSON} FROM p ORDER BY p.id) ` +
+  `e AS (INSERT INTO events (tx, type, created_at, data) ` +
+  `SELECT ${EVENT_TX}, 'pet.created', $4::timestamptz, ${PET_JSON} FROM p ORDER BY p.id) ` +
   `SELECT ${PET_COLUMNS} FROM p`;
+
+/**
+ * After a restore into a server whose transaction ids are lower than the events' (migration 006):
+ * raises the offset so the next event sorts after every stored one. Never true otherwise: every
+ * committed event's tx is below the statement snapshot's xmax plus the offset.
+ */
+const REBASE_EVENT_CLOCK =
+  'UPDATE event_clock SET tx_offset = e.top + 1 - pg_snapshot_xmax(pg_current_snapshot())::text::bigint ' +
+  'FROM (SELECT max(tx) AS top FROM events) AS e ' +
+  'WHERE e.top >= pg_snapshot_xmax(pg_current_snapshot())::text::bigint + tx_offset';
 
 const statements = {
   insertPet: withEvents('INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3)'),
@@ -107,9 +123,8 @@ const statements = {
   // snapshot's xmin): any event not yet visible then sorts after the last one listed. A
   // transaction left open anywhere in the cluster holds the feed back, never reorders it.
   listEvents:
-    'SELECT tx::text AS tx, seq, type, created_at, data FROM events ' +
-    'WHERE (tx, seq) > ($1::text::xid8, $2::bigint) AND tx < pg_snapshot_xmin(pg_current_snapshot()) ' +
-    'ORDER BY tx, seq LIMIT $3',
+    'SELECT tx, seq, type, created_at, data FROM events ' +
+    `WHERE (tx, seq) > ($1::bigint, $2::bigint) AND tx < ${HORIZON} ORDER BY tx, seq LIMIT $3`,
   // Among the $2 oldest only: bounded work whatever the table holds. Instances pruning at once
   // wait for each other's rows, then find them gone.
   pruneEvents:
@@ -505,6 +520,7 @@ export function openPostgresStore(
             names.push(migration.name);
             onApplied?.(migration.name, performance.now() - started);
           }
+          await client.query(REBASE_EVENT_CLOCK);
           await client.query('COMMIT');
         } catch (error) {
           // On a lost or timed-out connection, closing it is the rollback.
@@ -566,7 +582,9 @@ export function openPostgresStore(
     },
 
     async listEvents({ after, limit }: EventQuery) {
-      const { rows } = await query<EventRow>('listEvents', [String(after?.tx ?? 0n), after?.seq ?? 0n, limit]);
+      // A position past int64 (never issued) sorts after every event.
+      if (after && after.tx > INT64_MAX) return [];
+      const { rows } = await query<EventRow>('listEvents', [after?.tx ?? 0n, after?.seq ?? 0n, limit]);
       return rows.map(toEvent);
     },
 

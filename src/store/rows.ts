@@ -77,9 +77,9 @@ export const toPet = (row: PetRow): PetRecord => ({
 export const petJson = (pet: PetRecord): string =>
   `{"id":${pet.id},"name":${JSON.stringify(pet.name)},"categoryId":${pet.categoryId},"status":"${pet.status}"}`;
 
-/** An `events` row as both stores read it: SQLite keeps the time as ISO 8601 text; tx is text (xid8). */
+/** An `events` row as both stores read it: SQLite keeps the time as ISO 8601 text (and has no tx: 0). */
 export interface EventRow {
-  tx: string | bigint;
+  tx: bigint;
   seq: bigint;
   type: 'pet.created';
   created_at: Time;
@@ -87,7 +87,7 @@ export interface EventRow {
 }
 
 export const toEvent = (row: EventRow): EventRecord => ({
-  position: { tx: BigInt(row.tx), seq: row.seq },
+  position: { tx: row.tx, seq: row.seq },
   type: row.type,
   createdAt: new Date(row.created_at),
   data: row.data,
