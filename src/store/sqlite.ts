@@ -55,10 +55,11 @@ type PetTuple = [bigint, string, bigint, PetRecord['status']];
  * better-sqlite3; the store's other statements are not compiled again: unique lookups and literals.)
  */
 export const LIST_ALL = 'SELECT id, name, category_id, status FROM pets WHERE id > ? ORDER BY id LIMIT +?';
-export const LIST_EVENTS =
-  'SELECT 0 AS tx, seq, type, created_at, data FROM events WHERE seq > ? ORDER BY seq LIMIT +?';
 export const LIST_BY_STATUS =
   'SELECT id, name, category_id, status FROM pets WHERE status = +? AND id > ? ORDER BY id LIMIT +?';
+/** The feed's page, its LIMIT written as the pages' are. Writers take turns: seq is commit order, tx always 0. */
+export const LIST_EVENTS =
+  'SELECT 0 AS tx, seq, type, created_at, data FROM events WHERE seq > ? ORDER BY seq LIMIT +?';
 
 const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], categoryId: row[2], status: row[3] });
 
