@@ -209,6 +209,17 @@ for (const kind of storeKinds) {
   });
 }
 
+test("the feed counts against the key's rate limit like any operation: past it, 429 with Retry-After", async (t) => {
+  const app = await startApp(t, { env: { PETSTORE_RATE_LIMIT: '2' } });
+  const read = await keyWith(app, 'events:read');
+  assert.equal((await read({ method: 'GET', url: '/v1/events' })).statusCode, 200);
+  assert.equal((await read({ method: 'GET', url: '/v1/events' })).statusCode, 200);
+  const refused = await read({ method: 'GET', url: '/v1/events' });
+  assertError(refused, 429, 'rate_limited');
+  assert.match(String(refused.headers['retry-after']), /^[1-9][0-9]*$/);
+  assert.match(String(refused.headers.ratelimit), /^"default";r=0;/);
+});
+
 test(
   'PostgreSQL: while a transaction that wrote an event is open, later events wait, so none is skipped',
   { skip: storeKinds[1]!.skip },
