@@ -79,7 +79,7 @@ for (const kind of storeKinds) {
     assert.equal(new Set(events.map((event) => event.id)).size, events.length);
   });
 
-  it('creates made in one turn (one group commit, one batch) each get their event', async (t) => {
+  it('creates made at once (group commit, batched statements) each get their event', async (t) => {
     const { call, feed } = await appOn(t, kind);
     const answers = await Promise.all(
       Array.from({ length: 40 }, (_, i) =>
@@ -92,12 +92,10 @@ for (const kind of storeKinds) {
     });
     const data = rawData(await feed(bodies.length));
     assert.deepEqual([...data].sort(), [...bodies].sort());
-    // Within a batch, events follow the animals' ids.
-    const ids = data.map((text) => BigInt(/"id":(\d+)/.exec(text)![1]!));
-    assert.deepEqual(
-      ids,
-      [...ids].sort((a, b) => (a < b ? -1 : 1)),
-    );
+    // Listed once each, in id order (which need not be the animals' order across batches: two
+    // batches commit in either order, and the feed lists events as they become final).
+    const events = JSON.parse(await feed(bodies.length)) as { id: string }[];
+    assert.ok(events.every((event, i) => i === 0 || events[i - 1]!.id < event.id));
   });
 
   it('an idempotent replay, a mismatch and refused requests write no event', async (t) => {
