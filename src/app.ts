@@ -21,6 +21,7 @@ import { parseQuery } from './http/query.js';
 import { loggingOptions } from './http/request-log.js';
 import { tracing } from './http/tracing.js';
 import { compileValidator } from './http/validation.js';
+import { events } from './events/events.js';
 import { pets } from './pets/pets.js';
 import { sharedSchemas } from './schemas.js';
 import { InstrumentedStore } from './store/instrumented.js';
@@ -39,6 +40,8 @@ export interface AppDeps {
   logStream?: DestinationStream;
   /** How long a rate-limit hit waits in memory before it is added to the store's counts (200 ms). */
   hitFlushMs?: number;
+  /** How often expired events are looked for (src/events/retention.ts); every minute by default. */
+  eventPruneEveryMs?: number;
 }
 
 /**
@@ -53,6 +56,7 @@ export async function buildApp({
   logger,
   logStream,
   hitFlushMs,
+  eventPruneEveryMs,
 }: AppDeps): Promise<FastifyInstance> {
   const metrics = createMetrics(plainStore);
   const store = new InstrumentedStore(
@@ -139,6 +143,7 @@ export async function buildApp({
   await registerDocs(app, config);
   registerHealth(app, store);
   await app.register(pets, { store, clock, config, countDeprecatedCall: metrics.countDeprecatedCall });
+  await app.register(events, { store, clock, config, pruneEveryMs: eventPruneEveryMs });
   registerMetrics(app, metrics, app.authenticate);
   for (const url of ['/v1/openapi.json', '/healthz', '/readyz', '/metrics']) refuseOtherMethods(app, url, ['GET']);
 

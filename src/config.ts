@@ -80,6 +80,24 @@ function withoutPassword(raw: string): string {
   }
 }
 
+const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A whole number and a unit, s, m, h or d (`30d`, `12h`), from `min` to `max` ms, as ms. */
+function duration(min: string, max: string) {
+  const ms = (text: string) => {
+    const match = /^([1-9][0-9]{0,6})([smhd])$/.exec(text);
+    return match ? Number(match[1]) * UNIT_MS[match[2]!]! : undefined;
+  };
+  const [least, most] = [ms(min)!, ms(max)!];
+  return (raw: string) => {
+    const value = ms(raw);
+    if (value === undefined || value < least || value > most) {
+      throw new Error(`must be a whole number and a unit, s, m, h or d (30d), from ${min} to ${max}`);
+    }
+    return value;
+  };
+}
+
 /** A positive integer up to `max`, or undefined for `off`. */
 function integerOrOff(max: number) {
   const read = integer(1, max);
@@ -322,6 +340,14 @@ export const settings = {
     format: 'milliseconds, integer 1..600000',
     default: '10000',
     parse: integer(1, 600_000),
+  } satisfies Setting<number>,
+  eventRetentionMs: {
+    env: 'PETSTORE_EVENT_RETENTION',
+    description:
+      'How long events are kept in the feed (GET /v1/events), delivered or not; older ones are deleted in the background, a bounded batch at a time.',
+    format: 'whole number and a unit, s, m, h or d, from 1m to 3650d',
+    default: '30d',
+    parse: duration('1m', '3650d'),
   } satisfies Setting<number>,
   logLevel: {
     env: 'LOG_LEVEL',

@@ -21,7 +21,7 @@ Commands:
   serve                          Migrate the database (creating it when missing) and serve the API.
   migrate                        Create the database when missing, apply its migrations and exit.
   keys create --name <name>      Issue an API key; the key is printed once, on standard output.
-         [--scope <scope>]...    pets:read, pets:write, metrics:read; all three by default.
+         [--scope <scope>]...    pets:read, pets:write, metrics:read (the default), events:read.
          [--expires-in <90d>]    Or --expires-at <RFC 3339 instant>; by default it never expires.
          [--json]                Print {"id","name","key","scopes","createdAt","expiresAt"} as one JSON line.
   keys list [--json]             List keys (id, name, scopes, created, expires, state, last used); never a secret.

@@ -77,6 +77,49 @@ export type Pet = Static<typeof Pet>;
 
 export const Pets = Type.Array(Type.Ref(Pet));
 
+export const eventTypes = ['pet.created'] as const;
+export type EventType = (typeof eventTypes)[number];
+
+/** `evt_` and 32 hexadecimal digits (events/ids.ts): fixed width, so ids compare as strings in feed order. */
+export const EVENT_ID_PATTERN = '^evt_[0-9a-f]{32}$';
+
+export const Event = Type.Object(
+  {
+    id: Type.String({
+      minLength: 36,
+      maxLength: 36,
+      pattern: EVENT_ID_PATTERN,
+      examples: ['evt_00000000000005e2000000000000002a'],
+      description:
+        'Unique; opaque, but ordered: ids increase in the order the feed lists events, and compare as plain strings in that order.',
+    }),
+    type: Type.Unsafe<EventType>({
+      type: 'string',
+      enum: [...eventTypes],
+      maxLength: 11,
+      description: 'What happened: pet.created, an animal was added (data is the animal).',
+    }),
+    createdAt: Type.String({
+      format: 'date-time',
+      minLength: 24,
+      maxLength: 24,
+      pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$',
+      examples: ['2026-11-22T10:00:00.123Z'],
+      description: 'When the event was written, RFC 3339 in UTC, to the millisecond.',
+    }),
+    data: Type.Ref(Pet, {
+      description: 'The animal exactly as createPet answered it with 201: the same fields, the same digits.',
+    }),
+  },
+  {
+    $id: 'Event',
+    additionalProperties: false,
+    description:
+      'Something that happened in the catalogue, written in the same transaction as the change it announces.',
+  },
+);
+export type Event = Static<typeof Event>;
+
 export const errorCodes = {
   invalid_request: 400,
   unauthorized: 401,
@@ -152,6 +195,23 @@ export const ListPetsQuery = Type.Object(
 );
 export type ListPetsQuery = { limit: number; status?: PetStatus; cursor?: string };
 
+export const ListEventsQuery = Type.Object(
+  {
+    after: Type.Optional(
+      Type.String({
+        minLength: 36,
+        maxLength: 36,
+        pattern: EVENT_ID_PATTERN,
+        description:
+          'after must be the id of an event as the feed listed it (evt_ and 32 lowercase hexadecimal digits); the page starts after it.',
+      }),
+    ),
+    limit: ListPetsQuery.properties.limit,
+  },
+  { additionalProperties: false },
+);
+export type ListEventsQuery = { after?: string; limit: number };
+
 export const GetPetParams = Type.Object({
   petId: Int64({
     minimum: 1,
@@ -177,7 +237,7 @@ export const CreatePetHeaders = Type.Object({
   ),
 });
 
-export const sharedSchemas = [PetStatus, NewPet, Pet, ErrorBody];
+export const sharedSchemas = [PetStatus, NewPet, Pet, Event, ErrorBody];
 
 /**
  * A response header as the document describes it: every value the service writes fits its

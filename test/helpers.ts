@@ -76,17 +76,20 @@ export async function startApp(
     store: given,
     clock = manualClock(),
     hitFlushMs,
+    eventPruneEveryMs,
   }: {
     env?: Record<string, string>;
     store?: Store;
     clock?: ReturnType<typeof manualClock>;
     /** How long a rate-limit hit waits before it is added to the store's counts. */
     hitFlushMs?: number;
+    /** How often expired events are looked for (src/events/retention.ts). */
+    eventPruneEveryMs?: number;
   } = {},
 ): Promise<TestApp> {
   const store = given ?? (await defaultStore(t));
   const config = loadConfig({ ...env });
-  const app = await buildApp({ config, store, clock, logger: false, hitFlushMs });
+  const app = await buildApp({ config, store, clock, logger: false, hitFlushMs, eventPruneEveryMs });
   t.after(() => app.close());
   const { key } = await issueKey(store, 'test');
   const call = (options: InjectOptions) =>

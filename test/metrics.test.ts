@@ -92,7 +92,7 @@ test('GET /metrics needs an API key: 401 with the Error body and a Bearer challe
 test('GET /metrics is outside the OpenAPI document and answers 405 to other methods', async (t) => {
   const { app, call } = await startApp(t);
   const document = (await app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
-  assert.deepEqual(Object.keys(document.paths).sort(), ['/pets', '/pets/{petId}']);
+  assert.deepEqual(Object.keys(document.paths).sort(), ['/events', '/pets', '/pets/{petId}']);
   const post = await call({ method: 'POST', url: '/metrics' });
   assertError(post, 405, 'method_not_allowed');
   assert.equal(post.headers.allow, 'GET, HEAD');

@@ -32,7 +32,8 @@ const ajv = new Ajv({
   // OpenAPI annotations that are not JSON Schema validation keywords.
   keywords: ['example'],
   // OpenAPI's int32 only documents: the schemas that name it bound the integer themselves.
-  formats: { int32: true },
+  // date-time describes answers (Event.createdAt): no request carries one.
+  formats: { int32: true, 'date-time': true },
 });
 ajv.addKeyword({
   keyword: 'int64',

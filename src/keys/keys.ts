@@ -37,9 +37,15 @@ export function sameHash(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-/** What a key may do (CONTRACT.md): listPets and getPet, createPet, and `GET /metrics`. */
-export const scopes = ['pets:read', 'pets:write', 'metrics:read'] as const;
+/** What a key may do: listPets and getPet, createPet, `GET /metrics`, and listEvents (docs/keys.md). */
+export const scopes = ['pets:read', 'pets:write', 'metrics:read', 'events:read'] as const;
 export type Scope = (typeof scopes)[number];
+
+/**
+ * What a key holds when issued without `--scope`, as every key issued before scopes existed:
+ * the first three. `events:read` is given only when asked for.
+ */
+export const defaultScopes: readonly Scope[] = ['pets:read', 'pets:write', 'metrics:read'];
 
 export function isScope(word: string): word is Scope {
   return (scopes as readonly string[]).includes(word);

@@ -1,6 +1,7 @@
 import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from '@opentelemetry/api';
 import {
   StoreUnavailableError,
+  type EventQuery,
   type IdempotencyClaim,
   type KeyRoll,
   type ListQuery,
@@ -132,6 +133,16 @@ export class InstrumentedStore implements Store {
 
   listPets(query: ListQuery) {
     return this.#watch('listPets', false, this.#inner.listPets(query));
+  }
+
+  listEvents(query: EventQuery) {
+    return this.#watch('listEvents', false, this.#inner.listEvents(query));
+  }
+
+  // Not a write that ends a disk failure: deleting (or finding nothing to delete) says nothing
+  // about whether a create would find room.
+  pruneEvents(before: Date, limit: number) {
+    return this.#watch('pruneEvents', false, this.#inner.pruneEvents(before, limit));
   }
 
   countPetsByStatus() {

@@ -17,6 +17,30 @@ export interface ListQuery {
   limit: number;
 }
 
+/**
+ * Where an event stands in the feed's order: the id of the transaction that wrote it (PostgreSQL;
+ * always 0 on SQLite, whose writers take turns), then its sequence number.
+ */
+export interface EventPosition {
+  tx: bigint;
+  seq: bigint;
+}
+
+/** A row of the outbox: one event, written in the transaction that stored what it announces. */
+export interface EventRecord {
+  position: EventPosition;
+  type: 'pet.created';
+  createdAt: Date;
+  /** The announced object as JSON text, exactly as the API answered it (every int64 digit kept). */
+  data: string;
+}
+
+export interface EventQuery {
+  /** Only events after this position; from the oldest kept without it. */
+  after?: EventPosition;
+  limit: number;
+}
+
 export interface KeyRecord {
   id: number;
   name: string;
@@ -39,7 +63,7 @@ export interface NewKeyRecord {
   hint: string;
   hash: Buffer;
   createdAt: Date;
-  /** All three when absent, as every key issued before scopes existed. */
+  /** pets:read, pets:write and metrics:read when absent, as every key issued before scopes existed. */
   scopes?: Scope[];
   expiresAt?: Date | null;
 }
@@ -142,11 +166,15 @@ export interface Store {
   /** True when `error` says the disk failed (full, or an I/O error), not the request. */
   isDiskError(error: unknown): boolean;
 
-  /** Resolves once the animal is durable. */
+  /**
+   * Resolves once the animal is durable, with its `pet.created` event, written in the same
+   * transaction (the outbox: docs/events.md), its `createdAt` read from the store's clock.
+   */
   createPet(pet: NewPetRecord): Promise<PetRecord>;
   /**
    * Creates the animal unless `claim` was already used: then the stored first response.
-   * The animal and the response `respond` makes for it are stored in one transaction.
+   * The animal, its event and the response `respond` makes for it are stored in one transaction;
+   * a replay or a mismatch writes nothing.
    */
   createPetOnce(
     pet: NewPetRecord,
@@ -161,6 +189,18 @@ export interface Store {
    * is present, 0 when none. Cheap whatever the number of animals: no scan on each call.
    */
   countPetsByStatus(): Promise<Record<PetStatus, number>>;
+
+  /**
+   * Events in position order, after `query.after`. Never one before an event that is not yet
+   * visible: a page, once listed, is never followed by an event that sorts before its last one,
+   * whatever the instances write meanwhile.
+   */
+  listEvents(query: EventQuery): Promise<EventRecord[]>;
+  /**
+   * Deletes events created before `before`, at most `limit`, oldest first; resolves to how many.
+   * Looks at no more than the `limit` oldest events: bounded work whatever the table holds.
+   */
+  pruneEvents(before: Date, limit: number): Promise<number>;
 
   createKey(key: NewKeyRecord): Promise<KeyRecord>;
   /** The key with this hash unless it is revoked (an expired one too: see ActiveKey), if any. */
