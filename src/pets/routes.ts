@@ -9,6 +9,7 @@ import type { Scope } from '../keys/keys.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError, unsupportedMediaType } from '../errors.js';
+import { continueOnceAdmitted } from '../http/methods.js';
 import {
   commonErrors,
   errorResponse,
@@ -141,6 +142,7 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
     '/v1/pets',
     {
       onRequest: authenticate('pets:write'),
+      preParsing: continueOnceAdmitted,
       preValidation: [requireJsonBody, readIdempotencyKey],
       schema: {
         operationId: 'createPet',
