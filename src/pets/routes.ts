@@ -6,7 +6,6 @@ import type {
   onRequestHookHandler,
 } from 'fastify';
 import type { Scope } from '../keys/keys.js';
-import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError, unsupportedMediaType } from '../errors.js';
 import { continueOnceAdmitted } from '../http/methods.js';
@@ -36,9 +35,11 @@ import { claimFor, InFlight, inFlight, mismatch, readIdempotencyKey } from './id
 
 export interface PetDeps {
   store: Store;
-  clock: Clock;
   config: Config;
-  /** The `onRequest` hook that admits a request with a key holding `scope` (http/auth.ts). */
+  /**
+   * The `onRequest` hook that admits a request with a key holding `scope` (http/auth.ts); it
+   * reads the service's clock onto `request.now`, which the routes' time checks use.
+   */
   authenticate: (scope: Scope) => onRequestHookHandler;
   /** Where listPets keeps the pages it may send again; absent when the store's pages can change. */
   pages?: PageCache;
@@ -134,7 +135,7 @@ function readCursor(text: string, status: PetStatus | undefined): bigint {
   return cursor.afterId;
 }
 
-export function createPet(app: FastifyInstance, { store, clock, authenticate }: PetDeps) {
+export function createPet(app: FastifyInstance, { store, authenticate }: PetDeps) {
   const inFlightHere = new InFlight();
   // Declared up front, so every request object keeps one shape.
   app.decorateRequest('idempotency', undefined);
@@ -200,7 +201,7 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
         const created = await store.createPet(pet);
         return reply.code(201).header('location', `/v1/pets/${created.id}`).send(created);
       }
-      const claim = claimFor(apiKeyId, idempotency, clock);
+      const claim = claimFor(apiKeyId, idempotency, request.now);
       const outcome = await inFlightHere.hold(apiKeyId, idempotency.key, () =>
         store.createPetOnce(pet, claim, (created) => ({
           status: 201,
@@ -222,7 +223,7 @@ function requireJsonBody(request: FastifyRequest, _reply: FastifyReply, done: Ho
   done(request.headers['content-type'] === undefined ? unsupportedMediaType() : undefined);
 }
 
-export function getPet(app: FastifyInstance, { store, clock, config, authenticate, countDeprecatedCall }: PetDeps) {
+export function getPet(app: FastifyInstance, { store, config, authenticate, countDeprecatedCall }: PetDeps) {
   const headers = deprecationHeaders(config);
   const sunsetMs = config.sunsetSeconds * 1000;
   app.get<{ Params: PetParams }>(
@@ -235,9 +236,11 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
         // CONTRACT.md "Deprecated use": every admitted call, whatever its answer, counted and
         // noted against its key (in memory; written at most once a minute per key, key-uses.ts).
         countDeprecatedCall?.('getPet');
-        if (request.apiKeyId !== undefined) store.memory.noteDeprecatedUse(request.apiKeyId, clock.now());
+        // The clock as the key check read it (http/auth.ts): one reading per request.
+        const { now } = request;
+        if (request.apiKeyId !== undefined) store.memory.noteDeprecatedUse(request.apiKeyId, now);
         done(
-          clock.now() >= sunsetMs
+          now >= sunsetMs
             ? new ApiError('gone', 'getPet was removed on 2030-12-05; list animals with GET /v1/pets instead.')
             : undefined,
         );
