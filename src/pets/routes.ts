@@ -27,7 +27,7 @@ import {
   idempotencyRetryAfter,
   locationHeader,
 } from '../schemas.js';
-import type { Store } from '../store/store.js';
+import type { PetRecord, Store } from '../store/store.js';
 import { decodeCursor, encodeCursor } from './cursor.js';
 import { deprecationHeaderDocs, deprecationHeaders } from './deprecation.js';
 import type { PageCache } from './page-cache.js';
@@ -278,10 +278,18 @@ export function getPet(app: FastifyInstance, { store, config, authenticate, coun
         },
       },
     },
-    async (request) => {
-      const pet = await store.getPet(request.params.petId);
-      if (!pet) throw new ApiError('not_found', `No animal has id ${request.params.petId}.`);
-      return pet;
+    (request, reply) => {
+      const { petId } = request.params;
+      const found = store.getPet(petId);
+      // A row read at once is sent at once: no promise for a synchronous read (Store's Read).
+      if (found instanceof Promise) return found.then((pet) => petOrNotFound(petId, pet));
+      reply.send(petOrNotFound(petId, found));
+      return undefined;
     },
   );
+}
+
+function petOrNotFound(id: bigint, pet: PetRecord | undefined): PetRecord {
+  if (!pet) throw new ApiError('not_found', `No animal has id ${id}.`);
+  return pet;
 }
