@@ -8,6 +8,7 @@
 // Options: --duration 8 --workload getPet,list,pages,create --postgres (on PostgreSQL instead of
 // SQLite, no reference row) --no-reference --out <name> (bench/results/profile-<name>.md)
 // --keep <folder> (the .cpuprofile files, to read again with bench/profile-summary.ts)
+// --main <path> (another build's dist/main.js)
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,6 +27,8 @@ const { values: options } = parseArgs({
     reference: { type: 'boolean', default: true },
     // The report's file in bench/results: profile-<out>.md.
     out: { type: 'string' },
+    // Another build's dist/main.js to profile instead of this one's (as bench:compare's main=).
+    main: { type: 'string' },
     // A folder the profiles are copied to, to be read again (bench/profile-summary.ts) or in a viewer.
     keep: { type: 'string' },
   },
@@ -90,7 +93,7 @@ try {
     try {
       const service = await profileOne(name, seeded, join(temp, name), (flags) =>
         // The profiler's flags alone: npm start gives node none.
-        startService(name, seeded.env, 1, join(temp, `${name}.log`), { flags }),
+        startService(name, seeded.env, 1, join(temp, `${name}.log`), { flags, main: options.main }),
       );
       report.push(`\n## ${name} on ${store}: the service, ${Math.round(service.rps)} req/s under the profiler\n`);
       report.push('```', ...service.lines, '```');
