@@ -99,23 +99,39 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
         },
       },
     },
-    async (request, reply) => {
+    (request, reply) => {
       const { limit = 20, status, cursor } = request.query;
       const after = cursor === undefined ? undefined : readCursor(cursor, status);
-      const pets = await store.listPets({ status, afterId: after, limit: limit + 1 });
-      if (pets.length <= limit) return pets;
-      pets.length = limit;
-      const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
-      const link = `</v1/pets?limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}>; rel="next"`;
-      reply.header('link', link);
-      if (!pages?.wanted(request.url)) return pets;
-      // The schema's serializer, as for any answer; the bytes are kept to be sent again.
-      const body = reply.serialize(pets) as string;
-      const page = { body, bytes: Buffer.byteLength(body), link };
-      pages.set(request.url, page);
-      return reply.type(JSON_TYPE).send(page.body);
+      const found = store.listPets({ status, afterId: after, limit: limit + 1 });
+      // Rows read at once are sent at once: no promise for a synchronous read (Store's Read).
+      if (found instanceof Promise) {
+        return found.then((pets) => {
+          sendPage(request.url, reply, pets);
+        });
+      }
+      sendPage(request.url, reply, found);
+      return undefined;
     },
   );
+
+  /**
+   * Sends `pets`, read with one more than the page's limit, as the page: with its `Link` when
+   * another follows, kept to be sent again when the cache wants it.
+   */
+  function sendPage(url: string, reply: FastifyReply, pets: PetRecord[]): FastifyReply {
+    const { limit = 20, status } = reply.request.query as ListQuery;
+    if (pets.length <= limit) return reply.send(pets);
+    pets.length = limit;
+    const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
+    const link = `</v1/pets?limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}>; rel="next"`;
+    reply.header('link', link);
+    if (!pages?.wanted(url)) return reply.send(pets);
+    // The schema's serializer, as for any answer; the bytes are kept to be sent again.
+    const body = reply.serialize(pets) as string;
+    const page = { body, bytes: Buffer.byteLength(body), link };
+    pages.set(url, page);
+    return reply.type(JSON_TYPE).send(page.body);
+  }
 }
 
 function readCursor(text: string, status: PetStatus | undefined): bigint {
