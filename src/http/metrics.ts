@@ -109,7 +109,15 @@ export function createMetrics(store: Store): Metrics {
     registers,
   });
   // The label sets of each Store method, made once: [ok, error].
-  const storeLabels = new Map<string, [Record<'method' | 'outcome', string>, Record<'method' | 'outcome', string>]>();
+  type StoreLabels = Record<'method' | 'outcome', string>;
+  const storeLabels = new Map<string, [ok: StoreLabels, error: StoreLabels]>();
+  const storeLabelsOf = (method: string) => {
+    let labels = storeLabels.get(method);
+    if (labels) return labels;
+    const ok = { method, outcome: 'ok' };
+    storeLabels.set(method, (labels = [ok, { ...ok, outcome: 'error' }]));
+    return labels;
+  };
   new Gauge({
     name: 'petstore_pets',
     help: `Animals in the store by status, counted at most ${PET_COUNTS_MAX_AGE_MS / 1000} s before the scrape (exact on SQLite).`,
@@ -148,16 +156,7 @@ export function createMetrics(store: Store): Metrics {
     answerSeries,
     inFlight,
     observeStoreCall(method, failed, seconds) {
-      let labels = storeLabels.get(method);
-      if (!labels)
-        storeLabels.set(
-          method,
-          (labels = [
-            { method, outcome: 'ok' },
-            { method, outcome: 'error' },
-          ]),
-        );
-      storeDurations.observe(labels[failed ? 1 : 0], seconds);
+      storeDurations.observe(storeLabelsOf(method)[failed ? 1 : 0], seconds);
     },
     // getPet is the one deprecated operation.
     countDeprecatedCall: () => getPetCalls.inc(),
