@@ -142,7 +142,7 @@ export async function buildApp({
 
   await registerDocs(app, config);
   registerHealth(app, store);
-  await app.register(pets, { store, clock, config, countDeprecatedCall: metrics.countDeprecatedCall });
+  await app.register(pets, { store, config, countDeprecatedCall: metrics.countDeprecatedCall });
   await app.register(events, { store, clock, config, pruneEveryMs: eventPruneEveryMs });
   registerMetrics(app, metrics, app.authenticate);
   for (const url of ['/v1/openapi.json', '/healthz', '/readyz', '/metrics']) refuseOtherMethods(app, url, ['GET']);

@@ -43,7 +43,9 @@ test('a failed Store call ends its span as an error, with the error class and no
   const store = new InstrumentedStore(plain, () => {}, 'postgresql');
   failing.on = true;
   const request = requests.startSpan('GET /v1/pets');
-  await assert.rejects(context.with(trace.setSpan(context.active(), request), () => store.listPets({ limit: 5 })));
+  await assert.rejects(
+    context.with(trace.setSpan(context.active(), request), async () => store.listPets({ limit: 5 })),
+  );
   request.end();
   const [span] = exporter.getFinishedSpans().filter((finished) => finished.name === 'store.listPets');
   assert.ok(span);

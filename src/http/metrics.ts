@@ -21,27 +21,24 @@ function readProcessRegistry(): Registry {
   return processRegistry;
 }
 
-type Observer = { observe(seconds: number): void };
-type Incrementer = { inc(): void };
+type AnswerLabels = Record<'operation' | 'method' | 'status', string>;
 
 /**
- * The children of a labelled metric, kept by a key of their label values, so an answer finds its
- * own with one Map lookup instead of prom-client's label checks on every call.
+ * Where one route's answers are counted: its operation label, resolved once per route, and the
+ * label set of each method and status it answered, made on the first such answer and kept.
  */
-function childrenOf<T>(make: (...values: string[]) => T) {
-  const children = new Map<string, T>();
-  return (key: string, ...values: string[]): T => {
-    let child = children.get(key);
-    if (!child) children.set(key, (child = make(...values)));
-    return child;
-  };
+export interface AnswerSeries {
+  /** The operationId (`getPet`), else the route (`/healthz`), else `unmatched` (operation.ts). */
+  readonly operation: string;
+  /** Counts and times one answer (petstore_http_requests_total and its duration histogram). */
+  observe(method: string, status: number, seconds: number): void;
 }
 
 export interface Metrics {
   /** This app's metrics and the process's, in the Prometheus text format. */
   registry: Registry;
-  /** Counts and times one answered request (petstore_http_requests_total and its duration histogram). */
-  observeAnswer(operation: string, method: string, status: number, seconds: number): void;
+  /** The series of the answers to `operation`: one object per operation, asked for once per route. */
+  answerSeries(operation: string): AnswerSeries;
   /** petstore_http_requests_in_flight: a plain number, read when scraped. */
   inFlight: { count: number };
   /** petstore_store_duration_seconds, by Store method and outcome. */
@@ -74,10 +71,27 @@ export function createMetrics(store: Store): Metrics {
     labelNames,
     registers,
   });
-  const answerSeries = childrenOf((operation, method, status): [Observer, Incrementer] => [
-    durations.labels(operation!, method!, status!),
-    answers.labels(operation!, method!, status!),
-  ]);
+  // prom-client validates and hashes a label set on every observe and inc, whatever form it is
+  // given in (its children too); a series keeps its label sets so an answer builds none.
+  const seriesByOperation = new Map<string, AnswerSeries>();
+  const answerSeries = (operation: string): AnswerSeries => {
+    let series = seriesByOperation.get(operation);
+    if (series) return series;
+    const byMethod = new Map<string, Map<number, AnswerLabels>>();
+    series = {
+      operation,
+      observe(method, status, seconds) {
+        let byStatus = byMethod.get(method);
+        if (!byStatus) byMethod.set(method, (byStatus = new Map()));
+        let labels = byStatus.get(status);
+        if (!labels) byStatus.set(status, (labels = { operation, method, status: String(status) }));
+        durations.observe(labels, seconds);
+        answers.inc(labels);
+      },
+    };
+    seriesByOperation.set(operation, series);
+    return series;
+  };
   const inFlight = { count: 0 };
   new Gauge({
     name: 'petstore_http_requests_in_flight',
@@ -94,7 +108,16 @@ export function createMetrics(store: Store): Metrics {
     buckets: STORE_BUCKETS,
     registers,
   });
-  const storeSeries = childrenOf((method, outcome): Observer => storeDurations.labels(method!, outcome!));
+  // The label sets of each Store method, made once: [ok, error].
+  type StoreLabels = Record<'method' | 'outcome', string>;
+  const storeLabels = new Map<string, [ok: StoreLabels, error: StoreLabels]>();
+  const storeLabelsOf = (method: string) => {
+    let labels = storeLabels.get(method);
+    if (labels) return labels;
+    const ok = { method, outcome: 'ok' };
+    storeLabels.set(method, (labels = [ok, { ...ok, outcome: 'error' }]));
+    return labels;
+  };
   new Gauge({
     name: 'petstore_pets',
     help: `Animals in the store by status, counted at most ${PET_COUNTS_MAX_AGE_MS / 1000} s before the scrape (exact on SQLite).`,
@@ -130,15 +153,10 @@ export function createMetrics(store: Store): Metrics {
   });
   return {
     registry: Registry.merge([registry, readProcessRegistry()]),
-    observeAnswer(operation, method, status, seconds) {
-      const [duration, count] = answerSeries(`${operation} ${method} ${status}`, operation, method, String(status));
-      duration.observe(seconds);
-      count.inc();
-    },
+    answerSeries,
     inFlight,
     observeStoreCall(method, failed, seconds) {
-      const outcome = failed ? 'error' : 'ok';
-      storeSeries(`${method} ${outcome}`, method, outcome).observe(seconds);
+      storeDurations.observe(storeLabelsOf(method)[failed ? 1 : 0], seconds);
     },
     // getPet is the one deprecated operation.
     countDeprecatedCall: () => getPetCalls.inc(),

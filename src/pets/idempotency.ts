@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
-import type { Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import type { IdempotencyClaim } from '../store/store.js';
 
@@ -113,12 +112,11 @@ export const mismatch = () =>
     "This 'Idempotency-Key' was used with a different request body; use a new key for a new animal.",
   );
 
-/** The claim a create with `key` makes at the clock's present. */
+/** The claim a create with `key` makes at `now`, the request's reading of the service's clock. */
 export function claimFor(
   apiKeyId: number,
   idempotency: { key: string; fingerprint: Buffer },
-  clock: Clock,
+  now: number,
 ): IdempotencyClaim {
-  const now = clock.now();
   return { apiKeyId, ...idempotency, now, expiresAt: now + IDEMPOTENCY_TTL_MS };
 }

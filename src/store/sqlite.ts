@@ -397,19 +397,29 @@ export function openSqliteStore(
       return creates.call({ pet, claim, respond }) as Promise<OnceOutcome>;
     },
 
-    async getPet(id: bigint) {
-      return whileBusy(() => {
-        const row = forReading().getPet.get(id);
-        return row && fromTuple(row);
-      });
+    // better-sqlite3 reads synchronously: the row itself, a promise only while a lock is waited
+    // for (whileBusy) or for a failure (Read).
+    getPet(id: bigint) {
+      try {
+        return whileBusy(() => {
+          const row = forReading().getPet.get(id);
+          return row && fromTuple(row);
+        });
+      } catch (error) {
+        return Promise.reject(error);
+      }
     },
 
-    async listPets({ status, afterId = 0n, limit }: ListQuery) {
-      return whileBusy(() => {
-        const s = forReading();
-        const rows = status ? s.listByStatus.all(status, afterId, limit) : s.listAll.all(afterId, limit);
-        return rows.map(fromTuple);
-      });
+    listPets({ status, afterId = 0n, limit }: ListQuery) {
+      try {
+        return whileBusy(() => {
+          const s = forReading();
+          const rows = status ? s.listByStatus.all(status, afterId, limit) : s.listAll.all(afterId, limit);
+          return rows.map(fromTuple);
+        });
+      } catch (error) {
+        return Promise.reject(error);
+      }
     },
 
     async countPetsByStatus() {

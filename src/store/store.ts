@@ -124,6 +124,14 @@ export interface ActiveKey {
   expiresAt: number | null;
 }
 
+/**
+ * A read's answer: the value itself when the store has it at once (SQLite, reading in the
+ * calling turn with no lock in the way), else a promise of it. A failure is always a rejected
+ * promise, never a throw. `await` takes either; code on every request tells them apart
+ * (`instanceof Promise`) and makes no promise for a value it already has.
+ */
+export type Read<T> = T | Promise<T>;
+
 /** What a store answers from this process's memory, synchronously: no database work, no promise. */
 export interface StoreMemory {
   /**
@@ -181,9 +189,10 @@ export interface Store {
     claim: IdempotencyClaim,
     respond: (pet: PetRecord) => StoredResponse,
   ): Promise<OnceOutcome>;
-  getPet(id: bigint): Promise<PetRecord | undefined>;
-  /** Ascending id. */
-  listPets(query: ListQuery): Promise<PetRecord[]>;
+  /** Answers at once where the store can (see Read). */
+  getPet(id: bigint): Read<PetRecord | undefined>;
+  /** Ascending id. Answers at once where the store can (see Read). */
+  listPets(query: ListQuery): Read<PetRecord[]>;
   /**
    * How many animals have each status, counted at most PET_COUNTS_MAX_AGE_MS ago; every status
    * is present, 0 when none. Cheap whatever the number of animals: no scan on each call.
