@@ -110,6 +110,10 @@ test('CI pins the Node.js 22 it runs the suite on the same way, with an integrit
   const ci = readFileSync(join(ROOT, '.ci/run'), 'utf8');
   assert.match(ci, /^npm ci --prefix "\$node22_dir" --ignore-scripts\b/m);
   assert.doesNotMatch(ci, /\bnpm (install|i) /, 'CI installs nothing outside a lockfile');
+  // The suite on Node.js 22 is the test script's command, its concurrency included.
+  const suite = readJson<Manifest>('package.json').scripts.test!;
+  assert.match(suite, /^node .*--test-concurrency=[0-9]+ /);
+  assert.ok(ci.includes(`\n"$node22" ${suite.slice('node '.length)}\n`), suite);
 });
 
 test('the refusal of an old Node.js names each platform npm ci installs a Node.js on', () => {
