@@ -196,7 +196,7 @@ test('a key revoked from the command line is refused by a running server within 
   const get = () => fetch(`${server.url}/v1/pets`, { headers: { authorization: `Bearer ${created.key}` } });
   assert.equal((await get()).status, 200);
   await runKeys(['revoke', String(created.id)], env);
-  // CONTRACT.md: refused within one second (the server may remember an active key for less).
+  // docs/keys.md#how-keys-work: refused within one second (the server may remember an active key for less).
   const revokedAt = Date.now();
   let refused = await get();
   while (refused.status === 200 && Date.now() - revokedAt < 1000) {

@@ -9,7 +9,7 @@ import { StoreUnavailableError } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';
 import { childEnv, runCli, startServer } from './process.js';
 
-// CONTRACT.md, Limits: a lock another process holds on the SQLite file never stops the service
+// docs/api.md#limits: a lock another process holds on the SQLite file never stops the service
 // answering; `/healthz` keeps answering promptly and a request that cannot get the lock gets 503
 // within PETSTORE_DB_TIMEOUT_MS, not a multiple of it. The service runs as deployed (dist); this
 // test process holds the lock through its own connection to the file and probes `/healthz`,

@@ -5,7 +5,7 @@ import { callerTrace, descendsFrom, startReceiver, startSilentCollector, type Re
 import { childEnv, runCli, startServer, type Server } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
 
-// CONTRACT.md "Operations", Tracing.
+// docs/operations.md#tracing.
 
 const SERVER = 2; // OTLP SpanKind: SPAN_KIND_SERVER
 

@@ -115,7 +115,7 @@ export function compileValidator({ schema, httpPart }: { schema: FastifySchema; 
     try {
       const value = stringly ? coerceStrings((data ?? {}) as Record<string, unknown>, schema as SchemaObject) : data;
       if (validate(value)) return { value };
-      // A path that names no animal is not found, however it is malformed (CONTRACT.md getPet).
+      // A path that names no animal is not found, however it is malformed (docs/api.md#deprecation-of-getpet).
       if (part === 'params') {
         const rule = validate.errors!.at(-1)!.parentSchema?.description;
         return {

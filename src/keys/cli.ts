@@ -238,7 +238,7 @@ function readId(text: string | undefined, command: string): number {
 }
 
 const iso = (date: Date | null) => date?.toISOString() ?? null;
-// CONTRACT.md: last use to the minute.
+// docs/keys.md#listing-keys: last use to the minute.
 const toMinute = (date: Date) => new Date(date.getTime() - (date.getTime() % 60_000)).toISOString();
 const shownMinute = (date: Date | null) => (date ? toMinute(date).slice(0, 16) + 'Z' : '-');
 

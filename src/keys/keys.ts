@@ -27,7 +27,7 @@ export function sameHash(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-/** What a key may do (CONTRACT.md): listPets and getPet, createPet, and `GET /metrics`. */
+/** What a key may do (docs/keys.md#scopes): listPets and getPet, createPet, and `GET /metrics`. */
 export const scopes = ['pets:read', 'pets:write', 'metrics:read'] as const;
 export type Scope = (typeof scopes)[number];
 

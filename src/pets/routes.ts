@@ -230,7 +230,7 @@ export function getPet(app: FastifyInstance, { store, clock, config, authenticat
       // Deprecated answers, errors included, carry the deprecation headers.
       preValidation: (request, reply, done) => {
         reply.headers(headers);
-        // CONTRACT.md "Deprecated use": every admitted call, whatever its answer, counted and
+        // docs/operations.md#deprecated-use-the-clients-to-move-before-the-sunset: every admitted call, whatever its answer, counted and
         // noted against its key (in memory; written at most once a minute per key, key-uses.ts).
         countDeprecatedCall?.('getPet');
         if (request.apiKeyId !== undefined) store.memory.noteDeprecatedUse(request.apiKeyId, clock.now());

@@ -50,7 +50,7 @@ const countPets = (db: Database.Database) => Number(db.prepare('SELECT count(*) 
 
 /**
  * Writes a consistent copy of the SQLite database at `source` to `target` while the service
- * runs and takes writes (CONTRACT.md "Backups"), with SQLite's online backup: every commit made
+ * runs and takes writes (docs/operations.md#backups-and-restore), with SQLite's online backup: every commit made
  * before it started is in the copy. The copy is created readable by its owner alone, written
  * beside `target`, synced and then moved into place, so `target` is never half written. An
  * existing `target` is refused unless `force`.
@@ -215,8 +215,8 @@ function lockUnused(path: string, shown: string): Database.Database {
 }
 
 /**
- * Puts the copy at `source` in place of the SQLite database at `target`, atomically (CONTRACT.md
- * "Backups"): the copy is checked (integrity, petstore migrations this version knows), written
+ * Puts the copy at `source` in place of the SQLite database at `target`, atomically
+ * (docs/operations.md#backups-and-restore): the copy is checked (integrity, petstore migrations this version knows), written
  * beside the target, synced, and renamed over it while this process holds the database's
  * exclusive lock, so a database in use is refused. A refused copy leaves the database as it was.
  */
