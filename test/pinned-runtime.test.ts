@@ -125,6 +125,8 @@ test('CI pins the Node.js 22 it runs the suite on the same way, with an integrit
   const suite = readJson<Manifest>('package.json').scripts.test!;
   assert.match(suite, /^node .*--test-concurrency=[0-9]+ /);
   assert.ok(ci.includes(`\n"$node22" ${suite.slice('node '.length)}\n`), suite);
+  const shown = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
+  assert.ok(shown.includes(`\n/tmp/node22/node_modules/.bin/${suite}\n`), 'docs/operations.md shows the same command');
 });
 
 test('the refusal of an old Node.js names each platform npm ci installs a Node.js on', () => {
