@@ -93,7 +93,8 @@ function afterTest(t: TestContext, step: () => unknown): void {
 }
 
 async function adminQuery(url: string, sql: string): Promise<pg.QueryResult> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000, query_timeout: 10_000 });
+  // A bound on a hang, not on a busy machine: seeding a million rows may take many seconds.
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000, query_timeout: 60_000 });
   client.on('error', () => {});
   await client.connect();
   try {
@@ -143,7 +144,7 @@ async function adminPool(sql: string): Promise<pg.QueryResult | pg.QueryResult[]
     const client = new pg.Client({
       connectionString: POSTGRES_URL,
       connectionTimeoutMillis: 3000,
-      query_timeout: 10_000,
+      query_timeout: 60_000,
     });
     client.on('error', () => void (admin = undefined));
     await client.connect();
