@@ -7,7 +7,8 @@ import Database from 'better-sqlite3';
 import { retrying } from '../src/store/group-commit.js';
 import { StoreUnavailableError } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';
-import { childEnv, runCli, startServer } from './process.js';
+import { migrateDatabase, runKeys } from './in-process.js';
+import { childEnv, startServer } from './process.js';
 
 // docs/api.md#limits: a lock another process holds on the SQLite file never stops the service
 // answering; `/healthz` keeps answering promptly and a request that cannot get the lock gets 503
@@ -112,8 +113,8 @@ async function serviceOnFile(t: TestContext, kind: Kind) {
     PETSTORE_RATE_LIMIT: 'off',
     PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off',
   });
-  assert.equal((await runCli(['migrate'], env)).code, 0);
-  const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'lock', '--json'], env)).stdout) as {
+  await migrateDatabase(env);
+  const { key } = JSON.parse((await runKeys(['create', '--name', 'lock', '--json'], env)).stdout) as {
     key: string;
   };
   const server = await startServer(t, env);
