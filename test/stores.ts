@@ -10,7 +10,7 @@ import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Clock } from '../src/clock.js';
 import type { Store } from '../src/store/store.js';
 
-/** One empty database, removed with every store opened on it after the test. */
+/** A database for one test, with every store opened on it closed after the test; removed (or, migrated and unchanged, emptied for the next) then. */
 export interface TestDatabase {
   /** The SQLite file; undefined on PostgreSQL. */
   path?: string;
