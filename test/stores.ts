@@ -10,7 +10,10 @@ import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Clock } from '../src/clock.js';
 import type { Store } from '../src/store/store.js';
 
-/** A database for one test, with every store opened on it closed after the test; removed (or, migrated and unchanged, emptied for the next) then. */
+/**
+ * A database for one test. After the test, every store opened on it is closed, then the
+ * database is removed (or, migrated and left unchanged in shape, emptied for the next test).
+ */
 export interface TestDatabase {
   /** The SQLite file; undefined on PostgreSQL. */
   path?: string;
