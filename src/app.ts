@@ -65,7 +65,7 @@ export async function buildApp({
     config.databaseUrl ? 'postgresql' : 'sqlite',
   );
   // The per-key and refused-key limits: the auth plugin counts them; answers given before any
-  // key is read carry the client address's "refused-keys" fields, uncounted (CONTRACT.md Limits).
+  // key is read carry the client address's "refused-keys" fields, uncounted (docs/api.md#rate-limits).
   const limits = new RateLimits(store, clock, config, hitFlushMs);
   const app = Fastify({
     ...loggingOptions(config, logger, logStream),
@@ -95,7 +95,7 @@ export async function buildApp({
     },
     // In-flight requests finish during shutdown instead of getting a non-contract 503.
     return503OnClosing: false,
-    // A petId of any length reaches getPet, which answers 404 (CONTRACT.md getPet).
+    // A petId of any length reaches getPet, which answers 404 (docs/api.md#deprecation-of-getpet).
     routerOptions: { maxParamLength: HEADER_LIMIT, querystringParser: parseQuery },
   });
 

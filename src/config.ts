@@ -26,7 +26,7 @@ function integer(min: number, max: number) {
   };
 }
 
-/** An absolute http(s) URL ending in /v1 (CONTRACT.md: the version segment is part of the base address). */
+/** An absolute http(s) URL ending in /v1 (docs/api.md#versions-and-base-address: the version segment is part of the base address). */
 function baseUrl(raw: string) {
   const base = raw.replace(/\/+$/, '');
   let url: URL | undefined;

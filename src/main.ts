@@ -200,7 +200,7 @@ main(process.argv.slice(2)).then(
       io.err(`petstore: ${error.message}\n\n${error.help}`);
       process.exitCode = 2;
     } else if (error instanceof StartupError && error.cause instanceof UnknownMigrationError) {
-      // CONTRACT.md "Migrations": a database a newer release touched is refused with exit 2.
+      // docs/operations.md#migrations: a database a newer release touched is refused with exit 2.
       io.err(`petstore: ${error.message}`);
       process.exitCode = 2;
     } else if (error instanceof StartupError) {

@@ -315,7 +315,7 @@ const authHeader: HeaderDocs = {
 };
 
 /**
- * The 403 of an operation that needs `scope` (CONTRACT.md scopes): a valid key without it.
+ * The 403 of an operation that needs `scope` (docs/keys.md#scopes): a valid key without it.
  *
  * @example
  * response: { 403: forbiddenResponse('pets:write'), ...commonErrors }
@@ -369,7 +369,7 @@ export const rateLimitHeaders: HeaderDocs = {
 };
 
 /**
- * The RateLimit fields of the refused-key limit of the client's address (CONTRACT.md Limits),
+ * The RateLimit fields of the refused-key limit of the client's address (docs/api.md#rate-limits),
  * on answers given before any valid key was read: a 401, and refusals made before the key is
  * looked at (400 for malformed HTTP, 408, 414, 431). Nothing but a refused key is counted.
  * Absent when that limit is off (PETSTORE_AUTH_FAILURE_LIMIT=off).
@@ -452,7 +452,7 @@ export const idempotencyRetryAfter: HeaderDocs = {
   'Retry-After': retryAfter('Seconds to wait before retrying.'),
 };
 
-/** createPet's Location: the new animal's path (CONTRACT.md createPet). */
+/** createPet's Location: the new animal's path (docs/api.md#operations). */
 export const locationHeader: HeaderDoc = {
   type: 'string',
   maxLength: 28,

@@ -11,7 +11,7 @@ const MINUTE = 60_000;
 
 /** The service on a fresh database of `kind`, store and app on one hand-moved clock. */
 async function appOn(t: TestContext, kind: StoreKind) {
-  const database = await kind.createDatabase(t);
+  const database = await kind.migratedDatabase(t);
   const clock = manualClock();
   const store = database.open({ clock });
   await store.migrate();
@@ -60,7 +60,7 @@ for (const kind of storeKinds) {
     `${kind.name}: the store never answers an expired key from memory, by its own clock`,
     { skip: kind.skip },
     async (t) => {
-      const database = await kind.createDatabase(t);
+      const database = await kind.migratedDatabase(t);
       let now = 1_700_000_000_000;
       const store = database.open({ clock: { now: () => now } });
       await store.migrate();

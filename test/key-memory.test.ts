@@ -11,7 +11,7 @@ import { storeKinds, type StoreKind } from './stores.js';
  * the store, as another instance or the keys command would.
  */
 async function storeWithKey(t: TestContext, kind: StoreKind, clock?: Clock) {
-  const database = await kind.createDatabase(t);
+  const database = await kind.migratedDatabase(t);
   const store = database.open({ clock });
   await store.migrate();
   const secret = makeKey();

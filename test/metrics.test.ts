@@ -82,7 +82,7 @@ test('GET /metrics needs an API key: 401 with the Error body and a Bearer challe
     assert.match(String(response.headers['www-authenticate']), /^Bearer realm="petstore"/);
     assert.doesNotMatch(response.body, /petstore_http/);
   }
-  // HEAD needs the key like GET (CONTRACT.md), and tells nothing without one.
+  // HEAD needs the key like GET (docs/api.md#operations), and tells nothing without one.
   const head = await app.inject({ method: 'HEAD', url: '/metrics' });
   assert.equal(head.statusCode, 401);
   assert.equal(head.body, '');

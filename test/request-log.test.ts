@@ -7,7 +7,8 @@ import { loadConfig } from '../src/config.js';
 import { issueKey } from '../src/keys/cli.js';
 import type { Store } from '../src/store/store.js';
 import { startApp, tempSqliteStore } from './helpers.js';
-import { childEnv, runCli, startServer } from './process.js';
+import { migrateDatabase, runKeys } from './in-process.js';
+import { childEnv, startServer } from './process.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
@@ -163,8 +164,8 @@ test('LOG_LEVEL=warn leaves request lines out', async (t) => {
 test('petstore serve writes the request line on standard output', async (t) => {
   const env = childEnv(t);
   // keys create refuses a database that does not exist: migrate makes it, as serve would.
-  assert.equal((await runCli(['migrate'], env)).code, 0);
-  const created = await runCli(['keys', 'create', '--name', 'logs', '--json'], env);
+  await migrateDatabase(env);
+  const created = await runKeys(['create', '--name', 'logs', '--json'], env);
   assert.equal(created.code, 0, created.stderr);
   const { key } = JSON.parse(created.stdout) as { key: string };
   const server = await startServer(t, env);
@@ -185,8 +186,8 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   test(`petstore serve writes every request line still waiting when ${signal} ends it`, async (t) => {
     // 200 requests at once from one address: more connections than one address may hold by default.
     const env = { ...childEnv(t), PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' };
-    assert.equal((await runCli(['migrate'], env)).code, 0);
-    const created = await runCli(['keys', 'create', '--name', 'logs', '--json'], env);
+    await migrateDatabase(env);
+    const created = await runKeys(['create', '--name', 'logs', '--json'], env);
     const { key } = JSON.parse(created.stdout) as { key: string };
     const server = await startServer(t, env);
     const REQUESTS = 200;

@@ -6,7 +6,7 @@ import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@open
 import { InstrumentedStore } from '../src/store/instrumented.js';
 import { storeFailingLists, tempSqliteStore } from './helpers.js';
 
-// CONTRACT.md "Operations", Tracing: a request's database work is child spans of it. The SDK is
+// docs/operations.md#tracing: a request's database work is child spans of it. The SDK is
 // registered in this test file's own process, as src/tracing.ts registers it in the service's.
 const exporter = new InMemorySpanExporter();
 trace.setGlobalTracerProvider(new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] }));

@@ -122,7 +122,7 @@ export function createGate(store: Store, limits: RateLimits): Gate {
       token = readToken(authorization);
     } catch (refusal) {
       // No usable credentials: not counted as a refused key, but the 401 shows the address's
-      // budget of them (CONTRACT.md Limits).
+      // budget of them (docs/api.md#limits).
       throw withFields(refusal as ApiError, limits.peekRefused(address()));
     }
     const credentials = { authorization: authorization!, token, hash: hashKey(token) };
@@ -139,7 +139,7 @@ export function createGate(store: Store, limits: RateLimits): Gate {
     return { apiKeyId: key.id, rateFields };
   };
 
-  // By the service's clock: from that instant on, on every instance (CONTRACT.md expiry).
+  // By the service's clock: from that instant on, on every instance (docs/keys.md#expiry).
   const expired = (key: ActiveKey, now: number) => key.expiresAt !== null && key.expiresAt <= now;
 
   async function lookUp(address: () => string, token: string, hash: Buffer, now: number): Promise<ActiveKey> {

@@ -134,7 +134,7 @@ export function createMetrics(store: Store): Metrics {
       }
     },
   });
-  // CONTRACT.md "Deprecated use": with keys list, tells an operator which clients to move
+  // docs/operations.md#deprecated-use-the-clients-to-move-before-the-sunset: with keys list, tells an operator which clients to move
   // before getPet's sunset. The series exists from the start, at 0, so rate() sees the first call.
   const deprecatedCalls = new Counter({
     name: 'petstore_deprecated_requests_total',
@@ -144,7 +144,7 @@ export function createMetrics(store: Store): Metrics {
   });
   const getPetCalls = deprecatedCalls.labels('getPet');
   getPetCalls.inc(0);
-  // CONTRACT.md Limits: connections closed for holding a slot without progress, and the rest.
+  // docs/hardening.md#connections: connections closed for holding a slot without progress, and the rest.
   const closedConnections = new Counter({
     name: 'petstore_connections_closed_total',
     help: 'Connections the service closed or refused itself, by reason (docs/hardening.md): slow_reader, no_progress, pipeline_depth, silent_evicted, address_full, server_full.',
@@ -166,7 +166,7 @@ export function createMetrics(store: Store): Metrics {
 
 /**
  * `GET /metrics` in the Prometheus text format, behind an API key with the `metrics:read` scope
- * (CONTRACT.md): Prometheus scrapes it with `authorization: { credentials: <key> }`.
+ * (docs/operations.md#metrics): Prometheus scrapes it with `authorization: { credentials: <key> }`.
  */
 export function registerMetrics(
   app: FastifyInstance,

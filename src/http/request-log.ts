@@ -23,7 +23,7 @@ export function readRequestId(request: IncomingMessage): string {
 /**
  * Fastify's logging settings. With no `logger` given: JSON lines (pino) at `config.logLevel` on
  * `stream` (standard output by default, through pino's asynchronous destination, written out
- * when the process exits: docs/operations.md "Logs"), with `reqId` on every line of a
+ * when the process exits: docs/operations.md#logs), with `reqId` on every line of a
  * request. Fastify's own two lines per request are off: the observability plugin (observability.ts) writes one,
  * with no header, key or body in it. A pino logger given is used as it is; `false` logs nothing.
  */

@@ -278,7 +278,7 @@ const jsonLine = (value: unknown) =>
   JSON.stringify(value).replace(TERMINAL_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 const iso = (date: Date | null) => date?.toISOString() ?? null;
-// CONTRACT.md: last use to the minute.
+// docs/keys.md#listing-keys: last use to the minute.
 const toMinute = (date: Date) => new Date(date.getTime() - (date.getTime() % 60_000)).toISOString();
 const shownMinute = (date: Date | null) => (date ? toMinute(date).slice(0, 16) + 'Z' : '-');
 

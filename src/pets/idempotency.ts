@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fast
 import { ApiError } from '../errors.js';
 import type { IdempotencyClaim } from '../store/store.js';
 
-/** How long a first response is replayed (CONTRACT.md createPet). */
+/** How long a first response is replayed (docs/api.md#safe-retries-idempotency-key). */
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
 
 const BARE = /^[\x21-\x7e]{1,255}$/;

@@ -249,7 +249,7 @@ export function getPet(app: FastifyInstance, { store, config, authenticate, coun
       // Deprecated answers, errors included, carry the deprecation headers.
       preValidation: (request, reply, done) => {
         reply.headers(headers);
-        // CONTRACT.md "Deprecated use": every admitted call, whatever its answer, counted and
+        // docs/operations.md#deprecated-use-the-clients-to-move-before-the-sunset: every admitted call, whatever its answer, counted and
         // noted against its key (in memory; written at most once a minute per key, key-uses.ts).
         countDeprecatedCall?.('getPet');
         // The clock as the key check read it (http/auth.ts): one reading per request.

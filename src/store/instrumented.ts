@@ -64,7 +64,7 @@ export class InstrumentedStore implements Store {
    * `call`'s outcome, timed from `started` (read before the call is made: arguments are evaluated
    * in order), with a disk error made StoreUnavailableError; a write that succeeds ends a disk
    * failure. A call made inside a traced request is a child span of it, `store.<method>`
-   * (CONTRACT.md "Operations", Tracing); outside one (tracing off, or background work such as
+   * (docs/operations.md#tracing); outside one (tracing off, or background work such as
    * rate-count batches) there is no span, and no more work than the lookup of the active one.
    */
   #watch<T>(method: string, write: boolean, started: number, call: Promise<T>): Promise<T> {

@@ -1,7 +1,7 @@
 import { systemClock, type Clock } from '../clock.js';
 import type { ActiveKey } from './store.js';
 
-// CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
+// docs/keys.md#how-keys-work: a revoked key is refused within one second on every instance. An active key is
 // remembered for half that, so most requests cost no database work for their key; never past
 // its expiry, so an expired key is never served from memory.
 const KEY_MEMORY_MS = 500;

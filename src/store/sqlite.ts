@@ -229,7 +229,7 @@ export function openSqliteStore(
     reads.end();
     return s;
   };
-  // CONTRACT.md, Limits: a call that cannot get a lock another process holds gets
+  // docs/api.md#limits: a call that cannot get a lock another process holds gets
   // StoreUnavailableError (503) PETSTORE_DB_TIMEOUT_MS after it was first refused, and never
   // blocks the thread for more than one BUSY_WAIT_MS per try meanwhile. Every Store method that
   // reads or writes the file goes through this once, or through the group commit, which retries
