@@ -110,9 +110,9 @@ test('backup refuses an existing file unless --force, and writes it readable by 
   assert.equal(forced.stdout, `Wrote ${file}: 0 pets.\n`);
   assert.equal(statSync(file).mode & 0o777, 0o600);
   assert.deepEqual(
-    readdirSync(dirname(file)).filter((name) => name.endsWith('.tmp')),
+    readdirSync(dirname(file)).filter((name) => name.startsWith('.')),
     [],
-    'no temporary file is left behind',
+    'no temporary folder or file is left behind',
   );
   const usage = await runCli(['backup'], env);
   assert.equal(usage.code, 2);
@@ -195,9 +195,9 @@ test('restore refuses a damaged file, a foreign file and a database in use, leav
   assert.equal(db.prepare('SELECT count(*) FROM pets').pluck().get(), 2000);
   db.close();
   assert.deepEqual(
-    readdirSync(folder).filter((name) => name.endsWith('.tmp')),
+    readdirSync(folder).filter((name) => name.startsWith('.')),
     [],
-    'no temporary file is left behind',
+    'no temporary folder or file is left behind',
   );
 });
 

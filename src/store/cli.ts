@@ -24,7 +24,10 @@ export const databaseHelp: Record<string, string> = {
 Writes a consistent copy of the SQLite database (PETSTORE_DB) to <file> while the service runs
 and takes writes, with SQLite's online backup: every animal acknowledged with 201 before the
 command started is in the copy. The copy is readable by its owner alone (0600) and stands
-alone (no -wal file). Prints the copy's path and how many animals it holds.
+alone (no -wal file). It is written in a private folder (0700) beside <file> and moved into
+place; a file another process puts beside it, or a -wal, -journal or -shm beside <file>, stops
+it with nothing written. Do not back up into a folder other users can write to. Prints the
+copy's path and how many animals it holds.
 
 Options:
   --force    Replace <file> when it exists; without it an existing file is refused.
@@ -39,10 +42,14 @@ Exit status: 0 written, 1 refused or failed, 2 bad command line or setting (Post
   restore: `Usage: petstore restore <file>
 
 Puts the copy in <file> in place of the SQLite database (PETSTORE_DB), atomically. The copy is
-checked first (SQLite's integrity check; a petstore database whose migrations this version
-knows); a damaged or foreign file is refused and the database is left as it was. Refused while
-any process has the database open (a service, a keys command): stop the service first. The
-service applies the copy's pending migrations when it starts.
+checked first: SQLite's integrity check; a petstore database whose migrations this version
+knows; a schema (tables, indexes, triggers, views) exactly the one those migrations make. A
+damaged, foreign or altered file is refused and the database is left as it was, and so is a
+<file> with a non-empty -wal or -journal beside it (write a copy that stands alone with
+'PETSTORE_DB=<file> petstore backup <new file>' and restore that). A PETSTORE_DB that is a
+symbolic link is followed: the file it points to is replaced, and the link stays. Refused
+while any process has the database open (a service, a keys command): stop the service first.
+The service applies the copy's pending migrations when it starts.
 
 On PostgreSQL (DATABASE_URL) it refuses: use pg_restore (docs/operations.md#backups-and-restore).
 
@@ -110,9 +117,11 @@ async function restoreCommand(deps: DatabaseDeps, args: string[]): Promise<numbe
   const config = deps.config();
   if (!sqliteOnly(config, 'restore', deps.io)) return 2;
   const database = deps.describe(config);
-  const { pets, migrations } = restoreSqlite(file, config.sqlitePath, database);
+  const { pets, migrations, path } = await restoreSqlite(file, config.sqlitePath, database);
   const pending = readMigrations('sqlite').length - migrations.length;
-  deps.io.out(`Restored ${resolve(file)} (${pets} pet${pets === 1 ? '' : 's'}) into ${database}.`);
+  // A symbolic link is followed: say which file now holds the copy.
+  const where = path === resolve(config.sqlitePath) ? '' : ` (the file ${path}, where it points)`;
+  deps.io.out(`Restored ${resolve(file)} (${pets} pet${pets === 1 ? '' : 's'}) into ${database}${where}.`);
   if (pending > 0) deps.io.err(`The service applies the copy's ${pending} pending migration(s) when it starts.`);
   return 0;
 }
