@@ -3,6 +3,7 @@ import { systemClock, type Clock } from '../clock.js';
 import { groupCalls } from './batches.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
+import { postgresWebhooks } from './postgres-webhooks.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
 import {
@@ -459,6 +460,13 @@ export function openPostgresStore(
       noteDeprecatedUse: deprecatedUses.note,
     },
     idsVisibleInOrder: false,
+    webhooks: postgresWebhooks(async (text, values, client) => {
+      try {
+        return await (client ?? pool).query(text, values);
+      } catch (error) {
+        throw translate(error);
+      }
+    }, inTransaction),
     isDiskError,
     probeWrite,
 

@@ -1,0 +1,210 @@
+import type pg from 'pg';
+import { toEvent, type EventRow } from './rows.js';
+import {
+  secretsAt,
+  toAttempt,
+  toEndpoint,
+  ATTEMPTS_KEPT,
+  type AttemptRow,
+  type EndpointRow,
+} from './sqlite-webhooks.js';
+import type { EventPosition } from './store.js';
+import type { AttemptOutcome, ClaimQuery, NewWebhookEndpoint, WebhookStore } from './webhooks.js';
+
+export type Run = <R extends pg.QueryResultRow>(
+  text: string,
+  values: unknown[],
+  client?: pg.PoolClient,
+) => Promise<pg.QueryResult<R>>;
+
+// The last event the feed can list (postgres.ts, listEvents): every event after it, committed
+// now or later, sorts after it, so a new (or re-enabled) endpoint misses none created from now on.
+const LAST_LISTED =
+  'top AS (SELECT tx, seq FROM events WHERE tx < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY tx DESC, seq DESC LIMIT 1), ' +
+  "last AS (SELECT coalesce((SELECT tx FROM top), '0'::xid8) AS tx, coalesce((SELECT seq FROM top), 0::bigint) AS seq)";
+const WAITING =
+  '(SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = w.id) + ' +
+  '(SELECT count(*) FROM events e WHERE (e.tx, e.seq) > (w.cursor_tx, w.cursor_seq))';
+const ENDPOINT_COLUMNS =
+  'w.id, w.url, w.description, w.created_at, w.disabled_at, w.last_success_at, w.last_failure_at, w.previous_until';
+
+const statements = {
+  insert:
+    `WITH ${LAST_LISTED} ` +
+    'INSERT INTO webhook_endpoints (url, description, secret, created_at, cursor_tx, cursor_seq) ' +
+    'SELECT $1, $2, $3, $4, last.tx, last.seq FROM last RETURNING id',
+  get: `SELECT ${ENDPOINT_COLUMNS}, ${WAITING} AS waiting FROM webhook_endpoints w WHERE w.id = $1`,
+  list: `SELECT ${ENDPOINT_COLUMNS}, ${WAITING} AS waiting FROM webhook_endpoints w ORDER BY w.id`,
+  remove:
+    'WITH d AS (DELETE FROM webhook_deliveries WHERE endpoint_id = $1), ' +
+    'a AS (DELETE FROM webhook_attempts WHERE endpoint_id = $1) DELETE FROM webhook_endpoints WHERE id = $1',
+  enable:
+    `WITH ${LAST_LISTED} ` +
+    'UPDATE webhook_endpoints SET disabled_at = NULL, failing_since = NULL, cursor_tx = last.tx, cursor_seq = last.seq ' +
+    'FROM last WHERE id = $1 AND disabled_at IS NOT NULL',
+  exists: 'SELECT 1 FROM webhook_endpoints WHERE id = $1',
+  roll: 'UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3',
+  attempts:
+    'SELECT endpoint_id, event_id, attempt, at, status, error, duration_ms FROM webhook_attempts ' +
+    'WHERE endpoint_id = $1 ORDER BY id DESC LIMIT $2',
+  // One instance hands out an endpoint's events at a time; the others skip it.
+  open:
+    'SELECT w.id, w.cursor_tx::text AS cursor_tx, w.cursor_seq FROM webhook_endpoints w WHERE w.disabled_at IS NULL ' +
+    'AND (SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = w.id) < $1 FOR UPDATE SKIP LOCKED',
+  // The feed's own rule (postgres.ts, listEvents): never past an event not yet visible.
+  handOut:
+    'WITH ev AS (SELECT tx, seq FROM events WHERE (tx, seq) > ($2::text::xid8, $3::bigint) ' +
+    'AND tx < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY tx, seq LIMIT $4), ' +
+    'ins AS (INSERT INTO webhook_deliveries (endpoint_id, tx, seq, attempts, next_at) ' +
+    'SELECT $1, tx, seq, 0, $5 FROM ev ON CONFLICT DO NOTHING), ' +
+    'last AS (SELECT tx, seq FROM ev ORDER BY tx DESC, seq DESC LIMIT 1) ' +
+    'UPDATE webhook_endpoints SET cursor_tx = last.tx, cursor_seq = last.seq FROM last WHERE id = $1 ' +
+    'RETURNING (SELECT count(*) FROM ev) AS copied',
+  // SKIP LOCKED: instances claiming at once take different deliveries; the lease then keeps the
+  // others off a claimed one until it expires.
+  claim:
+    'WITH c AS (SELECT d.endpoint_id, d.tx, d.seq FROM webhook_deliveries d ' +
+    'JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE w.disabled_at IS NULL AND d.next_at <= $1 ' +
+    'AND (d.lease_until IS NULL OR d.lease_until <= $1) ORDER BY d.next_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED), ' +
+    'u AS (UPDATE webhook_deliveries d SET lease_until = $3, lease_owner = $4, attempts = d.attempts + 1 FROM c ' +
+    'WHERE d.endpoint_id = c.endpoint_id AND d.tx = c.tx AND d.seq = c.seq RETURNING d.endpoint_id, d.tx, d.seq, d.attempts) ' +
+    'SELECT u.endpoint_id, u.tx::text AS tx, u.seq, u.attempts, w.url, w.secret, w.previous_secret, w.previous_until, ' +
+    'e.type, e.created_at, e.data FROM u JOIN webhook_endpoints w ON w.id = u.endpoint_id ' +
+    'LEFT JOIN events e ON e.tx = u.tx AND e.seq = u.seq',
+  insertAttempt:
+    'INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, at, status, error, duration_ms) ' +
+    'VALUES ($1, $2, $3, $4, $5, $6, $7)',
+  pruneAttempts:
+    'DELETE FROM webhook_attempts WHERE endpoint_id = $1 AND id <= ' +
+    `(SELECT id FROM webhook_attempts WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 1 OFFSET ${ATTEMPTS_KEPT})`,
+  done: 'DELETE FROM webhook_deliveries WHERE endpoint_id = $1 AND tx = $2::text::xid8 AND seq = $3',
+  retry:
+    'UPDATE webhook_deliveries SET next_at = $1, lease_until = NULL, lease_owner = NULL ' +
+    'WHERE endpoint_id = $2 AND tx = $3::text::xid8 AND seq = $4',
+  release:
+    'UPDATE webhook_deliveries SET lease_until = NULL, lease_owner = NULL ' +
+    'WHERE endpoint_id = $1 AND tx = $2::text::xid8 AND seq = $3 AND lease_owner = $4',
+  succeeded: 'UPDATE webhook_endpoints SET last_success_at = $1, failing_since = NULL WHERE id = $2',
+  failed:
+    'UPDATE webhook_endpoints SET last_failure_at = $1, failing_since = coalesce(failing_since, $1) WHERE id = $2',
+  disable:
+    'UPDATE webhook_endpoints SET disabled_at = $1 WHERE id = $2 AND disabled_at IS NULL ' +
+    'AND coalesce(last_success_at, -1) < $3 AND (failing_since <= $3 OR $4::boolean)',
+  stats:
+    `SELECT sum(CASE WHEN w.disabled_at IS NULL THEN ${WAITING} ELSE 0 END) AS waiting, ` +
+    'min(CASE WHEN w.disabled_at IS NULL THEN least(' +
+    '(SELECT min(e.created_at) FROM webhook_deliveries d JOIN events e ON e.tx = d.tx AND e.seq = d.seq WHERE d.endpoint_id = w.id), ' +
+    '(SELECT e.created_at FROM events e WHERE (e.tx, e.seq) > (w.cursor_tx, w.cursor_seq) ORDER BY e.tx, e.seq LIMIT 1)) END) AS oldest, ' +
+    'count(w.disabled_at) AS disabled FROM webhook_endpoints w',
+} as const;
+
+interface ClaimRow extends Partial<EventRow> {
+  endpoint_id: bigint;
+  tx: string;
+  seq: bigint;
+  attempts: number;
+  url: string;
+  secret: string;
+  previous_secret: string | null;
+  previous_until: bigint | null;
+}
+
+/**
+ * The webhook half of the PostgreSQL store, shared by every instance: endpoints' events are
+ * handed out under a row lock, deliveries claimed with FOR UPDATE SKIP LOCKED and a lease, so
+ * each attempt is made by one instance and one a killed instance abandoned is taken over once
+ * its lease expires.
+ */
+export function postgresWebhooks(
+  run: Run,
+  inTransaction: <T>(work: (client: pg.PoolClient) => Promise<T>) => Promise<T>,
+): WebhookStore {
+  const get = async (id: number | bigint, client?: pg.PoolClient) =>
+    (await run<EndpointRow>(statements.get, [id], client)).rows[0];
+  return {
+    async addEndpoint({ url, description, secret, createdAt }: NewWebhookEndpoint) {
+      const { rows } = await run<{ id: bigint }>(statements.insert, [url, description, secret, createdAt]);
+      return toEndpoint((await get(rows[0]!.id))!);
+    },
+    async listEndpoints() {
+      return (await run<EndpointRow>(statements.list, [])).rows.map(toEndpoint);
+    },
+    async removeEndpoint(id: number) {
+      return ((await run(statements.remove, [id])).rowCount ?? 0) > 0;
+    },
+    async enableEndpoint(id: number) {
+      if (((await run(statements.enable, [id])).rowCount ?? 0) > 0) return 'enabled';
+      return (await run(statements.exists, [id])).rows.length > 0 ? 'already' : 'unknown';
+    },
+    async rollSecret(id: number, secret: string, previousUntil: number) {
+      return ((await run(statements.roll, [previousUntil, secret, id])).rowCount ?? 0) > 0;
+    },
+    async listAttempts(id: number, limit: number) {
+      if ((await run(statements.exists, [id])).rows.length === 0) return undefined;
+      return (await run<AttemptRow>(statements.attempts, [id, limit])).rows.map(toAttempt);
+    },
+    async handOut(now: number, batch: number, window: number) {
+      return inTransaction(async (client) => {
+        const { rows } = await run<{ id: bigint; cursor_tx: string; cursor_seq: bigint }>(
+          statements.open,
+          [window],
+          client,
+        );
+        let copied = 0;
+        for (const { id, cursor_tx, cursor_seq } of rows) {
+          const result = await run<{ copied: bigint }>(
+            statements.handOut,
+            [id, cursor_tx, cursor_seq, batch, now],
+            client,
+          );
+          copied += Number(result.rows[0]?.copied ?? 0);
+        }
+        return copied;
+      });
+    },
+    async claim({ now, limit, leaseMs, owner }: ClaimQuery) {
+      const { rows } = await run<ClaimRow>(statements.claim, [now, limit, now + leaseMs, owner]);
+      return rows.map((row) => ({
+        endpointId: Number(row.endpoint_id),
+        url: row.url,
+        secrets: secretsAt(now, row.secret, row.previous_secret, row.previous_until),
+        position: { tx: BigInt(row.tx), seq: row.seq },
+        event: row.data === null || row.data === undefined ? undefined : toEvent(row as EventRow),
+        attempt: Number(row.attempts),
+      }));
+    },
+    async finish({ record, position, ok, retryAt, disableUnlessSuccessSince: since }: AttemptOutcome) {
+      const at = record.at.getTime();
+      const id = record.endpointId;
+      const where = [id, String(position.tx), position.seq];
+      return inTransaction(async (client) => {
+        await run(
+          statements.insertAttempt,
+          [id, record.eventId, record.attempt, at, record.status, record.error, record.durationMs],
+          client,
+        );
+        await run(statements.pruneAttempts, [id], client);
+        if (ok || retryAt === undefined) await run(statements.done, where, client);
+        else await run(statements.retry, [retryAt, ...where], client);
+        if (ok) {
+          await run(statements.succeeded, [at, id], client);
+          return { disabled: false };
+        }
+        await run(statements.failed, [at, id], client);
+        const { rowCount } = await run(statements.disable, [at, id, since, retryAt === undefined], client);
+        return { disabled: (rowCount ?? 0) > 0 };
+      });
+    },
+    async release(endpointId: number, position: EventPosition, owner: string) {
+      await run(statements.release, [endpointId, String(position.tx), position.seq, owner]);
+    },
+    async stats() {
+      const { rows } = await run<{ waiting: bigint | null; oldest: Date | null; disabled: bigint }>(
+        statements.stats,
+        [],
+      );
+      const row = rows[0]!;
+      return { waiting: Number(row.waiting ?? 0), oldestWaitingAt: row.oldest, disabled: Number(row.disabled) };
+    },
+  };
+}
