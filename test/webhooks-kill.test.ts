@@ -63,3 +63,30 @@ test('SQLite: an event whose attempt a kill -9 cut off is delivered after the re
   assert.ok(Date.now() - started < 9000, `exited ${Date.now() - started} ms after SIGTERM`);
   for (const response of held.splice(0)) response.destroy();
 });
+
+test('an instance started with PETSTORE_WEBHOOK_DELIVERY=off serves the API and delivers nothing', async (t) => {
+  const receiver = await startReceiver(t);
+  const env = childEnv(t, { PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1', PETSTORE_WEBHOOK_DELIVERY: 'off' });
+  assert.equal((await runCli(['migrate'], env)).code, 0);
+  const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'test', '--json'], env)).stdout) as {
+    key: string;
+  };
+  assert.equal((await runCli(['webhooks', 'add', receiver.url], env)).code, 0);
+  const server = await startServer(t, env);
+  const created = await fetch(`${server.url}/v1/pets`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: '{"name":"Rex","categoryId":1}',
+  });
+  assert.equal(created.status, 201);
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  assert.equal(receiver.received.length, 0);
+  const listed = await runCli(['webhooks', 'list', '--json'], env);
+  assert.equal(
+    (JSON.parse(listed.stdout) as { waiting: number }).waiting,
+    1,
+    'the event waits for an instance that delivers',
+  );
+  server.child.kill('SIGTERM');
+  assert.equal((await server.exited).code, 0);
+});
