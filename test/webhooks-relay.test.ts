@@ -3,6 +3,7 @@ import type { ServerResponse } from 'node:http';
 import { test, type TestContext } from 'node:test';
 import { issueKey } from '../src/keys/cli.js';
 import { manualClock, startApp } from './helpers.js';
+import { freePort } from './process.js';
 import { storeKinds } from './stores.js';
 import { addEndpoint, startReceiver, testRelay, webhooksCli } from './webhooks.js';
 
@@ -125,6 +126,42 @@ for (const kind of storeKinds) {
     const worst = Math.max(...slowest);
     // Generous: a shared machine, two cores. A delay by a hanging attempt would be a second.
     assert.ok(worst < 500, `the slowest createPet + healthz took ${Math.round(worst)} ms`);
+  });
+
+  it('answers API requests promptly while a receiver refuses every connection and 20,000 events wait', async (t) => {
+    const database = await kind.createDatabase(t);
+    const store = database.open();
+    await store.migrate();
+    const app = await startApp(t, { store, clock: manualClock(Date.now()) });
+    await app.app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.app.server.address() as { port: number };
+    await addEndpoint(store, `http://127.0.0.1:${await freePort()}/hook`);
+    await database.execute(
+      kind.name === 'SQLite'
+        ? "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) INSERT INTO events (type, created_at, data) SELECT 'pet.created', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '{}' FROM n"
+        : "INSERT INTO events (type, created_at, data) SELECT 'pet.created', now(), '{}' FROM generate_series(1, 20000)",
+    );
+    let attempts = 0;
+    testRelay(t, store, { countAttempt: () => void attempts++ });
+    await until(() => attempts >= 50, 5000, '50 refused attempts');
+    const times: number[] = [];
+    for (let i = 0; i < 200; i++) {
+      const started = performance.now();
+      const created = await fetch(`http://127.0.0.1:${port}/v1/pets`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${app.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ name: `Rex ${i}`, categoryId: i }),
+      });
+      assert.equal(created.status, 201);
+      await created.arrayBuffer();
+      times.push(performance.now() - started);
+    }
+    assert.ok(attempts >= 100, `${attempts} attempts made meanwhile`);
+    times.sort((a, b) => a - b);
+    // Generous bounds for a shared machine: a createPet takes a few ms; a relay that made the
+    // API wait for its own writes took tens of ms at the median.
+    assert.ok(times[100]! < 50, `median createPet ${times[100]!.toFixed(1)} ms`);
+    assert.ok(times[199]! < 1000, `slowest createPet ${times[199]!.toFixed(1)} ms`);
   });
 
   it('shows the attempts by result, the events waiting and the endpoints disabled in /metrics', async (t) => {

@@ -114,6 +114,7 @@ export function postEvent({
           request.destroy();
         };
         signal.addEventListener('abort', onAbort);
+        if (signal.aborted) return onAbort();
         request.on('error', (error) => finish('network_error', networkError(error)));
         request.on('response', (response) => {
           status = response.statusCode ?? 0;

@@ -5,7 +5,7 @@ import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { systemClock, type Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import type { Store } from '../store/store.js';
-import type { ClaimedDelivery } from '../store/webhooks.js';
+import type { AttemptOutcome, ClaimedDelivery } from '../store/webhooks.js';
 import { postEvent, type Attempt, type AttemptResult } from './deliver.js';
 import { eventJson } from './event-json.js';
 import { formatEventId } from './ids.js';
@@ -73,6 +73,9 @@ export interface Relay {
 const POLL_MS = 1000;
 const BATCH = 100;
 const WINDOW = 1000;
+// Looks are at least this far apart, however fast attempts end (a receiver refusing every
+// connection): the relay's database work stays a small share of the process's time.
+const LOOK_GAP_MS = 10;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
@@ -100,7 +103,9 @@ export function startRelay({
   const agentOptions = { keepAlive: true, maxSockets: config.webhookConcurrency, timeout: config.webhookTimeoutMs };
   const agents = { http: new http.Agent(agentOptions), https: new https.Agent(agentOptions) };
   const stopping = new AbortController();
+  // An attempt stays in flight until its outcome is written: the concurrency bounds both.
   const inFlight = new Set<Promise<void>>();
+  const outcomes: { outcome: AttemptOutcome; written: (disabled: boolean) => void }[] = [];
   let stopped = false;
   let nudge: (() => void) | undefined;
   let failing = false;
@@ -109,18 +114,42 @@ export function startRelay({
     nudge?.();
     nudge = undefined;
   };
+  const woken = () => new Promise<void>((resolve) => (nudge = resolve));
+
+  /** Resolves once the outcome is written (flush), to whether it disabled the endpoint. */
+  const record = (outcome: AttemptOutcome) =>
+    new Promise<boolean>((written) => {
+      outcomes.push({ outcome, written });
+      wake();
+    });
+
+  // The outcomes of the attempts ended since the last look, in one transaction. One that cannot
+  // be written is lost with its lease, which expires: the attempt is then made again.
+  const flush = async () => {
+    const taken = outcomes.splice(0);
+    if (taken.length === 0) return;
+    let disabled: boolean[] = [];
+    try {
+      disabled = await store.webhooks.finish(taken.map(({ outcome }) => outcome));
+    } catch (error) {
+      log.warn({ err: error, attempts: taken.length }, 'recording webhook attempts failed; they will be made again');
+    }
+    for (const [i, { written }] of taken.entries()) written(disabled[i] ?? false);
+  };
 
   const attempt = async (delivery: ClaimedDelivery) => {
     const { endpointId, position, event, url } = delivery;
     const eventId = formatEventId(position);
     const endpoint = { endpoint: endpointId, event: eventId, attempt: delivery.attempt };
-    let outcome: Attempt;
+    const at = clock.now();
     if (!event) {
       countAttempt('event_expired');
-      const record = { endpointId, eventId, attempt: delivery.attempt, at: new Date(clock.now()) };
-      await store.webhooks.finish({
+      await record({
         record: {
-          ...record,
+          endpointId,
+          eventId,
+          attempt: delivery.attempt,
+          at: new Date(at),
           status: null,
           error: 'the event is no longer kept (PETSTORE_EVENT_RETENTION)',
           durationMs: 0,
@@ -133,8 +162,8 @@ export function startRelay({
       log.warn(endpoint, 'webhook delivery dropped: the event is no longer kept');
       return;
     }
-    const at = clock.now();
     const refused = refuseWebhookUrl(url, config.webhookAllowHttp);
+    let outcome: Attempt;
     if (refused) {
       outcome = {
         result: 'url_refused',
@@ -175,7 +204,7 @@ export function startRelay({
       // is tried at its end (and then disabled), not a retry delay before.
       if (retryAt > deadline) retryAt = done >= deadline ? undefined : deadline;
     }
-    const { disabled } = await store.webhooks.finish({
+    const disabled = await record({
       record: {
         endpointId,
         eventId,
@@ -216,10 +245,10 @@ export function startRelay({
   const start = (delivery: ClaimedDelivery) => {
     const running: Promise<void> = attempt(delivery)
       .catch((error: unknown) => {
-        // The outcome could not be recorded: the lease expires and the attempt is made again.
+        // Not given back: the lease expires and the attempt is made again.
         log.warn(
           { endpoint: delivery.endpointId, err: error },
-          'recording a webhook attempt failed; it will be retried',
+          'a webhook attempt failed to end; it will be made again',
         );
       })
       .finally(() => {
@@ -229,9 +258,11 @@ export function startRelay({
     inFlight.add(running);
   };
 
-  // One look: hand out new events, then lease as many due deliveries as there are free slots.
-  // True when there may be more to do at once.
+  // One look: write the outcomes ended since the last, hand out new events, then lease as many
+  // due deliveries as there are free slots. True when there may be more to do at once. The
+  // relay's database work is one call at a time: on PostgreSQL, one connection of the pool.
   const look = async (): Promise<boolean> => {
+    await flush();
     const handed = await store.webhooks.handOut(clock.now(), batch, window);
     const free = config.webhookConcurrency - inFlight.size;
     if (free <= 0 || stopped) return false;
@@ -248,6 +279,7 @@ export function startRelay({
 
   const loop = async () => {
     while (!stopped) {
+      const began = performance.now();
       let more = false;
       try {
         more = await look();
@@ -258,14 +290,22 @@ export function startRelay({
         failing = true;
       }
       if (stopped) break;
-      if (more) {
-        await new Promise((resolve) => setImmediate(resolve));
-        continue;
-      }
-      await Promise.race([sleep(pollMs), new Promise<void>((resolve) => (nudge = resolve))]);
+      if (!more) await Promise.race([sleep(pollMs), woken()]);
+      const gap = LOOK_GAP_MS - (performance.now() - began);
+      if (gap > 0 && !stopped) await sleep(gap);
     }
   };
   const running = context.with(ROOT_CONTEXT, loop);
+
+  // Writes outcomes as attempts end, until none is in flight or `ms` have passed.
+  const settle = async (ms: number) => {
+    const deadline = Date.now() + ms;
+    while (inFlight.size > 0 && Date.now() < deadline) {
+      await flush();
+      await Promise.race([sleep(Math.min(20, Math.max(1, deadline - Date.now()))), woken()]);
+    }
+    await flush();
+  };
 
   return {
     wake,
@@ -274,10 +314,10 @@ export function startRelay({
       stopped = true;
       wake();
       await running;
-      const settled = Promise.all(inFlight);
-      await Promise.race([settled, sleep(graceMs)]);
+      await settle(graceMs);
+      // What is still in flight is stopped and given back (release), not recorded.
       stopping.abort();
-      await Promise.race([settled, sleep(1000)]);
+      await settle(1000);
       agents.http.destroy();
       agents.https.destroy();
     },

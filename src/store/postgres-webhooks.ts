@@ -173,26 +173,31 @@ export function postgresWebhooks(
         attempt: Number(row.attempts),
       }));
     },
-    async finish({ record, position, ok, retryAt, disableUnlessSuccessSince: since }: AttemptOutcome) {
-      const at = record.at.getTime();
-      const id = record.endpointId;
-      const where = [id, String(position.tx), position.seq];
+    async finish(outcomes: AttemptOutcome[]) {
       return inTransaction(async (client) => {
-        await run(
-          statements.insertAttempt,
-          [id, record.eventId, record.attempt, at, record.status, record.error, record.durationMs],
-          client,
-        );
-        await run(statements.pruneAttempts, [id], client);
-        if (ok || retryAt === undefined) await run(statements.done, where, client);
-        else await run(statements.retry, [retryAt, ...where], client);
-        if (ok) {
-          await run(statements.succeeded, [at, id], client);
-          return { disabled: false };
+        const disabled: boolean[] = [];
+        for (const { record, position, ok, retryAt, disableUnlessSuccessSince: since } of outcomes) {
+          const at = record.at.getTime();
+          const id = record.endpointId;
+          const where = [id, String(position.tx), position.seq];
+          await run(
+            statements.insertAttempt,
+            [id, record.eventId, record.attempt, at, record.status, record.error, record.durationMs],
+            client,
+          );
+          await run(statements.pruneAttempts, [id], client);
+          if (ok || retryAt === undefined) await run(statements.done, where, client);
+          else await run(statements.retry, [retryAt, ...where], client);
+          if (ok) {
+            await run(statements.succeeded, [at, id], client);
+            disabled.push(false);
+            continue;
+          }
+          await run(statements.failed, [at, id], client);
+          const { rowCount } = await run(statements.disable, [at, id, since, retryAt === undefined], client);
+          disabled.push((rowCount ?? 0) > 0);
         }
-        await run(statements.failed, [at, id], client);
-        const { rowCount } = await run(statements.disable, [at, id, since, retryAt === undefined], client);
-        return { disabled: (rowCount ?? 0) > 0 };
+        return disabled;
       });
     },
     async release(endpointId: number, position: EventPosition, owner: string) {

@@ -182,6 +182,22 @@ export function sqliteWebhooks(
       beforeWrite();
       return db.transaction(work).immediate();
     });
+  // The relay's own bookkeeping (hand-outs, leases, outcomes) commits without waiting for the
+  // disk (synchronous = NORMAL, for its transaction alone): it survives a kill -9 as any commit
+  // does, since the operating system holds the WAL, and a power loss can only forget the last
+  // of it, which then makes an attempt again. At least once still holds, and the relay never
+  // makes the API's commits wait behind an fsync of its own (docs/webhooks.md#the-relay).
+  const background = <T>(work: () => T) =>
+    whileBusy(() => {
+      beforeWrite();
+      // Outside the transaction: SQLite refuses to change it inside one.
+      db.pragma('synchronous = NORMAL');
+      try {
+        return db.transaction(work).immediate();
+      } finally {
+        db.pragma('synchronous = FULL');
+      }
+    });
 
   return {
     async addEndpoint({ url, description, secret, createdAt }: NewWebhookEndpoint) {
@@ -213,7 +229,7 @@ export function sqliteWebhooks(
       return whileBusy(() => (s().get.get(id) ? s().attempts.all(id, limit).map(toAttempt) : undefined));
     },
     async handOut(now: number, batch: number, window: number) {
-      return write(() => {
+      return background(() => {
         let copied = 0;
         for (const { id, cursor_seq } of s().open.all(window)) {
           const last = s().lastHanded.get(cursor_seq, batch)?.seq;
@@ -225,7 +241,7 @@ export function sqliteWebhooks(
       });
     },
     async claim({ now, limit, leaseMs, owner }: ClaimQuery) {
-      return write(() =>
+      return background(() =>
         s()
           .due.all(now, now, limit)
           .map((row) => {
@@ -242,25 +258,26 @@ export function sqliteWebhooks(
           }),
       );
     },
-    async finish({ record, position, ok, retryAt, disableUnlessSuccessSince: since }: AttemptOutcome) {
-      const at = record.at.getTime();
-      return write(() => {
-        const { endpointId: id } = record;
-        s().insertAttempt.run(id, record.eventId, record.attempt, at, record.status, record.error, record.durationMs);
-        s().pruneAttempts.run(id, id);
-        if (ok || retryAt === undefined) s().done.run(id, position.seq);
-        else s().retry.run(retryAt, id, position.seq);
-        if (ok) {
-          s().succeeded.run(at, id);
-          return { disabled: false };
-        }
-        s().failed.run(at, at, id);
-        const gaveUp = retryAt === undefined ? 1 : 0;
-        return { disabled: s().disable.run(at, id, since, since, gaveUp).changes > 0 };
-      });
+    async finish(outcomes: AttemptOutcome[]) {
+      return background(() =>
+        outcomes.map(({ record, position, ok, retryAt, disableUnlessSuccessSince: since }) => {
+          const at = record.at.getTime();
+          const { endpointId: id } = record;
+          s().insertAttempt.run(id, record.eventId, record.attempt, at, record.status, record.error, record.durationMs);
+          s().pruneAttempts.run(id, id);
+          if (ok || retryAt === undefined) s().done.run(id, position.seq);
+          else s().retry.run(retryAt, id, position.seq);
+          if (ok) {
+            s().succeeded.run(at, id);
+            return false;
+          }
+          s().failed.run(at, at, id);
+          return s().disable.run(at, id, since, since, retryAt === undefined ? 1 : 0).changes > 0;
+        }),
+      );
     },
     async release(endpointId: number, position: EventPosition, owner: string) {
-      await write(() => s().release.run(endpointId, position.seq, owner));
+      await background(() => s().release.run(endpointId, position.seq, owner));
     },
     async stats() {
       return whileBusy(() => {

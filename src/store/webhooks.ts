@@ -110,12 +110,12 @@ export interface WebhookStore {
   /** Leases up to `limit` due deliveries of enabled endpoints, counting an attempt for each. */
   claim(query: ClaimQuery): Promise<ClaimedDelivery[]>;
   /**
-   * Records an attempt and its consequences in one transaction: the delivery removed (success,
-   * give-up) or due again at `retryAt`, the endpoint's last success or failure, and the endpoint
-   * disabled when it has failed every attempt for the give-up period (see
-   * disableUnlessSuccessSince). Resolves to whether this attempt disabled it.
+   * Records attempts and their consequences, all in one transaction: each delivery removed
+   * (success, give-up) or due again at `retryAt`, the endpoint's last success or failure, and
+   * the endpoint disabled when it has failed every attempt for the give-up period (see
+   * disableUnlessSuccessSince). Resolves to whether each attempt disabled its endpoint.
    */
-  finish(outcome: AttemptOutcome): Promise<{ disabled: boolean }>;
+  finish(outcomes: AttemptOutcome[]): Promise<boolean[]>;
   /** Ends a lease without an attempt recorded (a relay stopping): the delivery is due at once. */
   release(endpointId: number, position: EventPosition, owner: string): Promise<void>;
   stats(): Promise<WebhookStats>;
