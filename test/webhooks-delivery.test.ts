@@ -54,10 +54,15 @@ for (const kind of storeKinds) {
     const verifier = new Webhook(endpoint.secret);
     const items = JSON.parse(await feed()) as { id: string }[];
     const text = await feed();
-    for (const [i, request] of got.entries()) {
+    // Attempts run side by side: the requests may arrive in either order.
+    assert.deepEqual(
+      got.map((request) => request.headers['webhook-id']).sort(),
+      items.map((item) => item.id),
+    );
+    for (const request of got) {
+      const i = items.findIndex((item) => item.id === request.headers['webhook-id']);
       assert.equal(request.headers['content-type'], 'application/json');
       assert.match(String(request.headers['webhook-timestamp']), /^[0-9]{10}$/);
-      assert.equal(request.headers['webhook-id'], items[i]!.id);
       verifier.verify(request.body, request.headers as Record<string, string>);
       // The feed's own text of the event: between its id and the next event (or the end).
       const start = text.indexOf(`{"id":"${items[i]!.id}"`);

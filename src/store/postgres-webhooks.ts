@@ -22,9 +22,11 @@ export type Run = <R extends pg.QueryResultRow>(
 const LAST_LISTED =
   'top AS (SELECT tx, seq FROM events WHERE tx < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY tx DESC, seq DESC LIMIT 1), ' +
   "last AS (SELECT coalesce((SELECT tx FROM top), '0'::xid8) AS tx, coalesce((SELECT seq FROM top), 0::bigint) AS seq)";
+// A disabled endpoint is owed no event created while it is disabled (enable moves its cursor).
 const WAITING =
   '(SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = w.id) + ' +
-  '(SELECT count(*) FROM events e WHERE (e.tx, e.seq) > (w.cursor_tx, w.cursor_seq))';
+  '(CASE WHEN w.disabled_at IS NULL THEN ' +
+  '(SELECT count(*) FROM events e WHERE (e.tx, e.seq) > (w.cursor_tx, w.cursor_seq)) ELSE 0 END)';
 const ENDPOINT_COLUMNS =
   'w.id, w.url, w.description, w.created_at, w.disabled_at, w.last_success_at, w.last_failure_at, w.previous_until';
 
@@ -71,9 +73,10 @@ const statements = {
     'SELECT u.endpoint_id, u.tx::text AS tx, u.seq, u.attempts, w.url, w.secret, w.previous_secret, w.previous_until, ' +
     'e.type, e.created_at, e.data FROM u JOIN webhook_endpoints w ON w.id = u.endpoint_id ' +
     'LEFT JOIN events e ON e.tx = u.tx AND e.seq = u.seq',
+  // Not for an endpoint removed while the attempt was in flight.
   insertAttempt:
     'INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, at, status, error, duration_ms) ' +
-    'VALUES ($1, $2, $3, $4, $5, $6, $7)',
+    'SELECT id, $2, $3, $4, $5, $6, $7 FROM webhook_endpoints WHERE id = $1',
   pruneAttempts:
     'DELETE FROM webhook_attempts WHERE endpoint_id = $1 AND id <= ' +
     `(SELECT id FROM webhook_attempts WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 1 OFFSET ${ATTEMPTS_KEPT})`,

@@ -68,9 +68,10 @@ export function secretsAt(now: number, secret: string, previous: string | null, 
 export const ATTEMPTS_KEPT = 100;
 
 // Events owed to an endpoint: its deliveries waiting, and the events after its cursor.
+// A disabled endpoint is owed no event created while it is disabled (enable moves its cursor).
 const WAITING =
   '(SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = w.id) + ' +
-  '(SELECT count(*) FROM events e WHERE e.seq > w.cursor_seq)';
+  '(CASE WHEN w.disabled_at IS NULL THEN (SELECT count(*) FROM events e WHERE e.seq > w.cursor_seq) ELSE 0 END)';
 const ENDPOINT_COLUMNS =
   'w.id, w.url, w.description, w.created_at, w.disabled_at, w.last_success_at, w.last_failure_at, w.previous_until';
 // The last event written: a new (or re-enabled) endpoint receives the events after it.
@@ -144,9 +145,10 @@ export function sqliteWebhooks(
         'WHERE endpoint_id = ? AND seq = ?',
     ),
     event: db.prepare<[bigint], EventRow>('SELECT 0 AS tx, seq, type, created_at, data FROM events WHERE seq = ?'),
+    // Not for an endpoint removed while the attempt was in flight.
     insertAttempt: db.prepare(
       'INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, at, status, error, duration_ms) ' +
-        'VALUES (?, ?, ?, ?, ?, ?, ?)',
+        'SELECT id, ?, ?, ?, ?, ?, ? FROM webhook_endpoints WHERE id = ?',
     ),
     pruneAttempts: db.prepare(
       'DELETE FROM webhook_attempts WHERE endpoint_id = ? AND id <= ' +
@@ -263,7 +265,7 @@ export function sqliteWebhooks(
         outcomes.map(({ record, position, ok, retryAt, disableUnlessSuccessSince: since }) => {
           const at = record.at.getTime();
           const { endpointId: id } = record;
-          s().insertAttempt.run(id, record.eventId, record.attempt, at, record.status, record.error, record.durationMs);
+          s().insertAttempt.run(record.eventId, record.attempt, at, record.status, record.error, record.durationMs, id);
           s().pruneAttempts.run(id, id);
           if (ok || retryAt === undefined) s().done.run(id, position.seq);
           else s().retry.run(retryAt, id, position.seq);
