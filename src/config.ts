@@ -369,8 +369,8 @@ export const settings = {
     description:
       'How long an attempt is held by the instance making it; an attempt a killed instance abandoned is made again by another (or by the restarted one) once it has passed. More than PETSTORE_WEBHOOK_TIMEOUT_MS.',
     format: 'milliseconds, integer 200..3600000',
-    default: 'PETSTORE_WEBHOOK_TIMEOUT_MS + 30000',
-    derive: ({ webhookTimeoutMs }) => String(Number(webhookTimeoutMs) + 30_000),
+    default: 'PETSTORE_WEBHOOK_TIMEOUT_MS + 5000',
+    derive: ({ webhookTimeoutMs }) => String(Number(webhookTimeoutMs) + 5000),
     parse: integer(200, 3_600_000),
   } satisfies Setting<number>,
   webhookAllowHttp: {

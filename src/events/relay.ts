@@ -278,6 +278,11 @@ export function startRelay({
   };
 
   const loop = async () => {
+    try {
+      await store.webhooks.recover();
+    } catch (error) {
+      log.warn({ err: error }, 'webhook relay could not take back the leases of a previous run; they expire');
+    }
     while (!stopped) {
       const began = performance.now();
       let more = false;

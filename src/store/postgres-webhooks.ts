@@ -203,6 +203,7 @@ export function postgresWebhooks(
         return disabled;
       });
     },
+    async recover() {},
     async release(endpointId: number, position: EventPosition, owner: string) {
       await run(statements.release, [endpointId, String(position.tx), position.seq, owner]);
     },

@@ -158,6 +158,9 @@ export function sqliteWebhooks(
     retry: db.prepare(
       'UPDATE webhook_deliveries SET next_at = ?, lease_until = NULL, lease_owner = NULL WHERE endpoint_id = ? AND seq = ?',
     ),
+    releaseAll: db.prepare(
+      'UPDATE webhook_deliveries SET lease_until = NULL, lease_owner = NULL WHERE lease_until IS NOT NULL',
+    ),
     release: db.prepare(
       'UPDATE webhook_deliveries SET lease_until = NULL, lease_owner = NULL ' +
         'WHERE endpoint_id = ? AND seq = ? AND lease_owner = ?',
@@ -277,6 +280,9 @@ export function sqliteWebhooks(
           return s().disable.run(at, id, since, since, retryAt === undefined ? 1 : 0).changes > 0;
         }),
       );
+    },
+    async recover() {
+      await background(() => s().releaseAll.run());
     },
     async release(endpointId: number, position: EventPosition, owner: string) {
       await background(() => s().release.run(endpointId, position.seq, owner));

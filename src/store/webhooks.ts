@@ -116,6 +116,12 @@ export interface WebhookStore {
    * disableUnlessSuccessSince). Resolves to whether each attempt disabled its endpoint.
    */
   finish(outcomes: AttemptOutcome[]): Promise<boolean[]>;
+  /**
+   * Called as a relay starts. SQLite, which one process serves: ends every lease, since none
+   * can belong to a live relay, so a restart after kill -9 resends at once. PostgreSQL: nothing
+   * (other instances hold live leases; an abandoned one expires).
+   */
+  recover(): Promise<void>;
   /** Ends a lease without an attempt recorded (a relay stopping): the delivery is due at once. */
   release(endpointId: number, position: EventPosition, owner: string): Promise<void>;
   stats(): Promise<WebhookStats>;
