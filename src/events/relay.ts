@@ -70,7 +70,7 @@ export interface Relay {
   stop(graceMs?: number): Promise<void>;
 }
 
-const POLL_MS = 1000;
+const POLL_MS = 500;
 const BATCH = 100;
 const WINDOW = 1000;
 // Looks are at least this far apart, however fast attempts end (a receiver refusing every
