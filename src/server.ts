@@ -173,7 +173,7 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   const first = await issueFirstKey(store);
   if (first) announceFirstKey(first.key, app, config);
 
-  // docs/webhooks.md#relay: off on an instance that only serves the API.
+  // docs/webhooks.md#the-relay: off on an instance that only serves the API.
   const relay = config.webhookDelivery
     ? startRelay({ store, config, log: app.log, countAttempt: (result) => app.countWebhookAttempt(result) })
     : undefined;

@@ -80,7 +80,7 @@ const LOOK_GAP_MS = 10;
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
 /**
- * The webhook relay (docs/webhooks.md#relay): it hands each enabled endpoint the events written
+ * The webhook relay (docs/webhooks.md#the-relay): it hands each enabled endpoint the events written
  * since its cursor, a bounded batch at a time, leases due deliveries (at most
  * PETSTORE_WEBHOOK_CONCURRENCY in flight) and makes each attempt, recording its outcome in the
  * store: so what it holds in memory is bounded by the concurrency and the batch, never by the
