@@ -3,6 +3,7 @@ import type { ServerResponse } from 'node:http';
 import { test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import { childEnv, runCli, startServer } from './process.js';
+import { createPostgresSchema, postgresSkip } from './stores.js';
 import { startReceiver } from './webhooks.js';
 
 test('SQLite: an event whose attempt a kill -9 cut off is delivered after the restart; SIGTERM waits for none beyond its grace', async (t) => {
@@ -90,3 +91,48 @@ test('an instance started with PETSTORE_WEBHOOK_DELIVERY=off serves the API and 
   server.child.kill('SIGTERM');
   assert.equal((await server.exited).code, 0);
 });
+
+test(
+  'PostgreSQL: an attempt cut off by kill -9 of one instance is made by another instance once its lease expires',
+  {
+    skip: postgresSkip,
+  },
+  async (t) => {
+    let answering = false;
+    const held: ServerResponse[] = [];
+    const receiver = await startReceiver(t, (_request, _index, response) => {
+      if (answering) response.writeHead(204).end();
+      else held.push(response);
+    });
+    const env = childEnv(t, {
+      DATABASE_URL: await createPostgresSchema(t),
+      PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1',
+      PETSTORE_WEBHOOK_TIMEOUT_MS: '1000',
+      PETSTORE_WEBHOOK_LEASE_MS: '2000',
+    });
+    assert.equal((await runCli(['migrate'], env)).code, 0);
+    const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'test', '--json'], env)).stdout) as {
+      key: string;
+    };
+    assert.equal((await runCli(['webhooks', 'add', receiver.url], env)).code, 0);
+    const doomed = await startServer(t, env);
+    const created = await fetch(`${doomed.url}/v1/pets`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': 'once' },
+      body: '{"name":"Rex","categoryId":1}',
+    });
+    assert.equal(created.status, 201);
+    const [cut] = await receiver.waitFor(1);
+    doomed.child.kill('SIGKILL');
+    await doomed.exited;
+    for (const response of held.splice(0)) response.destroy();
+    answering = true;
+    const survivor = await startServer(t, env);
+    const [, again] = await receiver.waitFor(2, 15_000);
+    assert.equal(again!.headers['webhook-id'], cut!.headers['webhook-id']);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.equal(receiver.received.length, 2, 'delivered, and not again');
+    survivor.child.kill('SIGTERM');
+    assert.equal((await survivor.exited).code, 0);
+  },
+);
