@@ -36,7 +36,10 @@ CREATE TABLE webhook_deliveries (
   lease_owner TEXT,
   PRIMARY KEY (endpoint_id, tx, seq)
 );
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at);
+-- A claim takes each endpoint's earliest due deliveries, in turns across endpoints, and counts
+-- the leases each endpoint holds (few: at most the attempts in flight).
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (endpoint_id, next_at);
+CREATE INDEX webhook_deliveries_leased ON webhook_deliveries (endpoint_id) WHERE lease_until IS NOT NULL;
 
 -- The recent attempts, for `webhooks deliveries`: the newest 100 per endpoint are kept.
 CREATE TABLE webhook_attempts (

@@ -62,12 +62,22 @@ const statements = {
     'last AS (SELECT tx, seq FROM ev ORDER BY tx DESC, seq DESC LIMIT 1) ' +
     'UPDATE webhook_endpoints SET cursor_tx = last.tx, cursor_seq = last.seq FROM last WHERE id = $1 ' +
     'RETURNING (SELECT count(*) FROM ev) AS copied',
-  // SKIP LOCKED: instances claiming at once take different deliveries; the lease then keeps the
-  // others off a claimed one until it expires.
+  // Each enabled endpoint's earliest due deliveries (twice the slots: some may be taken by
+  // another instance meanwhile), in turns across endpoints, the one with the fewest attempts in
+  // flight first (sqlite-webhooks.ts, inTurns); SKIP LOCKED: instances claiming at once take
+  // different deliveries, and the lease then keeps the others off a claimed one until it expires.
   claim:
-    'WITH c AS (SELECT d.endpoint_id, d.tx, d.seq FROM webhook_deliveries d ' +
-    'JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE w.disabled_at IS NULL AND d.next_at <= $1 ' +
-    'AND (d.lease_until IS NULL OR d.lease_until <= $1) ORDER BY d.next_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED), ' +
+    'WITH busy AS (SELECT endpoint_id, count(*) AS n FROM webhook_deliveries ' +
+    'WHERE lease_until IS NOT NULL AND lease_until > $1 GROUP BY endpoint_id), ' +
+    'cand AS (SELECT x.endpoint_id, x.tx, x.seq, x.next_at, ' +
+    'coalesce(b.n, 0) + row_number() OVER (PARTITION BY x.endpoint_id ORDER BY x.next_at) AS turn ' +
+    'FROM webhook_endpoints w CROSS JOIN LATERAL (SELECT endpoint_id, tx, seq, next_at FROM webhook_deliveries ' +
+    'WHERE endpoint_id = w.id AND next_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) ' +
+    'ORDER BY next_at LIMIT $2 * 2) x LEFT JOIN busy b ON b.endpoint_id = w.id WHERE w.disabled_at IS NULL), ' +
+    'c AS (SELECT d.endpoint_id, d.tx, d.seq FROM webhook_deliveries d ' +
+    'JOIN cand ON cand.endpoint_id = d.endpoint_id AND cand.tx = d.tx AND cand.seq = d.seq ' +
+    'WHERE d.next_at <= $1 AND (d.lease_until IS NULL OR d.lease_until <= $1) ' +
+    'ORDER BY cand.turn, cand.next_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED), ' +
     'u AS (UPDATE webhook_deliveries d SET lease_until = $3, lease_owner = $4, attempts = d.attempts + 1 FROM c ' +
     'WHERE d.endpoint_id = c.endpoint_id AND d.tx = c.tx AND d.seq = c.seq RETURNING d.endpoint_id, d.tx, d.seq, d.attempts) ' +
     'SELECT u.endpoint_id, u.tx::text AS tx, u.seq, u.attempts, w.url, w.secret, w.previous_secret, w.previous_until, ' +

@@ -64,6 +64,26 @@ export function secretsAt(now: number, secret: string, previous: string | null, 
   return previous !== null && until !== null && Number(until) > now ? [secret, previous] : [secret];
 }
 
+/**
+ * The `limit` deliveries to lease among `rows` (each endpoint's earliest due, in next_at order,
+ * with `busy`, the leases it holds): endpoints take turns, the one with the fewest attempts in
+ * flight first, so an endpoint that hangs or fails cannot take every slot from the others.
+ */
+export function inTurns<T extends { endpoint_id: bigint | number; next_at: bigint | number; busy: bigint | number }>(
+  rows: T[],
+  limit: number,
+): T[] {
+  const taken = new Map<string, number>();
+  const turns = rows.map((row) => {
+    const key = String(row.endpoint_id);
+    const rank = (taken.get(key) ?? 0) + 1;
+    taken.set(key, rank);
+    return { row, turn: Number(row.busy) + rank, at: Number(row.next_at) };
+  });
+  turns.sort((a, b) => a.turn - b.turn || a.at - b.at);
+  return turns.slice(0, limit).map(({ row }) => row);
+}
+
 /** Attempts kept per endpoint for `webhooks deliveries`. */
 export const ATTEMPTS_KEPT = 100;
 
@@ -81,6 +101,8 @@ interface ClaimRow {
   endpoint_id: bigint;
   seq: bigint;
   attempts: bigint;
+  next_at: bigint;
+  busy: bigint;
   url: string;
   secret: string;
   previous_secret: string | null;
@@ -134,11 +156,16 @@ export function sqliteWebhooks(
       'SELECT max(seq) AS seq FROM (SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT ?)',
     ),
     moveCursor: db.prepare('UPDATE webhook_endpoints SET cursor_seq = ? WHERE id = ?'),
-    due: db.prepare<[number, number, number], ClaimRow>(
-      'SELECT d.endpoint_id, d.seq, d.attempts, w.url, w.secret, w.previous_secret, w.previous_until ' +
-        'FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id ' +
-        'WHERE w.disabled_at IS NULL AND d.next_at <= ? AND (d.lease_until IS NULL OR d.lease_until <= ?) ' +
-        'ORDER BY d.next_at LIMIT ?',
+    // Each enabled endpoint's earliest due deliveries, with the leases it holds now.
+    due: db.prepare<[number, number, number, number], ClaimRow>(
+      'SELECT d.endpoint_id, d.seq, d.attempts, d.next_at, w.url, w.secret, w.previous_secret, w.previous_until, ' +
+        'coalesce(b.n, 0) AS busy FROM webhook_endpoints w ' +
+        'JOIN webhook_deliveries d ON d.endpoint_id = w.id AND d.seq IN (SELECT x.seq FROM webhook_deliveries x ' +
+        'WHERE x.endpoint_id = w.id AND x.next_at <= ? AND (x.lease_until IS NULL OR x.lease_until <= ?) ' +
+        'ORDER BY x.next_at LIMIT ?) ' +
+        'LEFT JOIN (SELECT endpoint_id, count(*) AS n FROM webhook_deliveries ' +
+        'WHERE lease_until IS NOT NULL AND lease_until > ? GROUP BY endpoint_id) b ON b.endpoint_id = w.id ' +
+        'WHERE w.disabled_at IS NULL ORDER BY d.endpoint_id, d.next_at',
     ),
     lease: db.prepare(
       'UPDATE webhook_deliveries SET lease_until = ?, lease_owner = ?, attempts = attempts + 1 ' +
@@ -247,20 +274,18 @@ export function sqliteWebhooks(
     },
     async claim({ now, limit, leaseMs, owner }: ClaimQuery) {
       return background(() =>
-        s()
-          .due.all(now, now, limit)
-          .map((row) => {
-            s().lease.run(now + leaseMs, owner, row.endpoint_id, row.seq);
-            const event = s().event.get(row.seq);
-            return {
-              endpointId: Number(row.endpoint_id),
-              url: row.url,
-              secrets: secretsAt(now, row.secret, row.previous_secret, row.previous_until),
-              position: { tx: 0n, seq: row.seq },
-              event: event && toEvent(event),
-              attempt: Number(row.attempts) + 1,
-            };
-          }),
+        inTurns(s().due.all(now, now, limit, now), limit).map((row) => {
+          s().lease.run(now + leaseMs, owner, row.endpoint_id, row.seq);
+          const event = s().event.get(row.seq);
+          return {
+            endpointId: Number(row.endpoint_id),
+            url: row.url,
+            secrets: secretsAt(now, row.secret, row.previous_secret, row.previous_until),
+            position: { tx: 0n, seq: row.seq },
+            event: event && toEvent(event),
+            attempt: Number(row.attempts) + 1,
+          };
+        }),
       );
     },
     async finish(outcomes: AttemptOutcome[]) {
