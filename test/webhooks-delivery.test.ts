@@ -119,6 +119,10 @@ for (const kind of storeKinds) {
     );
     assert.equal(attempts[0]!.error, null);
     assert.equal(attempts[1]!.error, 'HTTP 503');
+    const table = (await webhooksCli(store, ['deliveries', String(endpoint.id)])).out;
+    assert.equal(table[0], 'EVENT\tATTEMPT\tAT\tRESULT\tDURATION');
+    assert.match(table[1]!, /^evt_[0-9a-f]{32}\t4\t[0-9T:.Z-]+\tHTTP 200\t[0-9]+ ms$/);
+    assert.match(table[2]!, /^evt_[0-9a-f]{32}\t3\t[0-9T:.Z-]+\tHTTP 503\t[0-9]+ ms$/);
   });
 
   it('never follows a redirect: a 3xx is a failed attempt, and the target is never called', async (t) => {

@@ -4,6 +4,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { test, type TestContext } from 'node:test';
 import { Webhook } from 'standardwebhooks';
+import { loadConfig } from '../src/config.js';
 import { ANSWER_BODY_LIMIT, postEvent } from '../src/events/deliver.js';
 import { MAX_RETRY_DELAY_MS, retryDelay } from '../src/events/relay.js';
 import { makeSecret, sign, signatures } from '../src/events/signature.js';
@@ -125,4 +126,39 @@ test('an answer that does not come within the timeout is a failed attempt, a ref
   const refused = await post(t, receiver.url);
   assert.equal(refused.result, 'network_error');
   assert.match(String(refused.error), /ECONNREFUSED/);
+});
+
+test('the webhook settings: defaults, the lease after the timeout, hosts for plain http', () => {
+  const defaults = loadConfig({});
+  assert.deepEqual(
+    [
+      defaults.webhookDelivery,
+      defaults.webhookConcurrency,
+      defaults.webhookTimeoutMs,
+      defaults.webhookRetryMs,
+      defaults.webhookGiveUpMs,
+      defaults.webhookLeaseMs,
+      defaults.webhookAllowHttp,
+    ],
+    [true, 8, 10_000, 5000, 3 * 86_400_000, 15_000, []],
+  );
+  const set = loadConfig({
+    PETSTORE_WEBHOOK_DELIVERY: 'off',
+    PETSTORE_WEBHOOK_TIMEOUT_MS: '500',
+    PETSTORE_WEBHOOK_GIVE_UP: '90s',
+    PETSTORE_WEBHOOK_ALLOW_HTTP: 'localhost, 127.0.0.1,::1,[::1],receiver.internal',
+  });
+  assert.equal(set.webhookDelivery, false);
+  assert.equal(set.webhookLeaseMs, 5500);
+  assert.equal(set.webhookGiveUpMs, 90_000);
+  assert.deepEqual(set.webhookAllowHttp, ['localhost', '127.0.0.1', '::1', '[::1]', 'receiver.internal']);
+  for (const [env, message] of [
+    [{ PETSTORE_WEBHOOK_DELIVERY: 'no' }, /PETSTORE_WEBHOOK_DELIVERY must be on or off/],
+    [{ PETSTORE_WEBHOOK_LEASE_MS: '10000' }, /PETSTORE_WEBHOOK_LEASE_MS must be more than PETSTORE_WEBHOOK_TIMEOUT_MS/],
+    [{ PETSTORE_WEBHOOK_ALLOW_HTTP: 'http://localhost' }, /PETSTORE_WEBHOOK_ALLOW_HTTP must be host names/],
+    [{ PETSTORE_WEBHOOK_CONCURRENCY: '0' }, /PETSTORE_WEBHOOK_CONCURRENCY must be an integer from 1 to 1000/],
+    [{ PETSTORE_WEBHOOK_GIVE_UP: '3 days' }, /PETSTORE_WEBHOOK_GIVE_UP must be a whole number and a unit/],
+  ] as const) {
+    assert.throws(() => loadConfig(env), message);
+  }
 });
