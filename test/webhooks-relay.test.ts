@@ -282,3 +282,33 @@ for (const kind of storeKinds) {
     assert.equal(new Set(healthy.received.map((request) => request.headers['webhook-id'])).size, 20);
   });
 }
+
+test(
+  'PostgreSQL: two relays writing outcomes for three failing-then-succeeding endpoints at once deliver everything, with no write lost',
+  {
+    skip: storeKinds[1]!.skip,
+  },
+  async (t) => {
+    const database = await storeKinds[1]!.createDatabase(t);
+    const [one, two] = [database.open(), database.open()];
+    await one.migrate();
+    const receivers: Awaited<ReturnType<typeof startReceiver>>[] = [];
+    for (let r = 0; r < 3; r++) {
+      // Every other request fails: outcomes of both kinds, for every endpoint, from both relays.
+      receivers.push(
+        await startReceiver(t, (_request, index, response) => void response.writeHead(index % 2 ? 200 : 500).end()),
+      );
+    }
+    for (const receiver of receivers) await addEndpoint(one, receiver.url);
+    for (let i = 0; i < 40; i++) await one.createPet(pet(`Rex ${i}`));
+    const env = { PETSTORE_WEBHOOK_CONCURRENCY: '4', PETSTORE_WEBHOOK_RETRY_MS: '10' };
+    const relays = [testRelay(t, one, { env }), testRelay(t, two, { env })];
+    const delivered = (receiver: Awaited<ReturnType<typeof startReceiver>>) =>
+      new Set(receiver.received.filter((_request, index) => index % 2).map((request) => request.headers['webhook-id']));
+    await until(() => receivers.every((receiver) => delivered(receiver).size === 40), 20_000, 'every event delivered');
+    const lost = relays.flatMap(({ lines }) =>
+      lines.filter((line) => /recording|failed to end|cannot read/.test(String(line.msg))),
+    );
+    assert.deepEqual(lost, []);
+  },
+);

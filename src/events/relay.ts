@@ -103,8 +103,12 @@ export function startRelay({
   const agentOptions = { keepAlive: true, maxSockets: config.webhookConcurrency, timeout: config.webhookTimeoutMs };
   const agents = { http: new http.Agent(agentOptions), https: new https.Agent(agentOptions) };
   const stopping = new AbortController();
-  // An attempt stays in flight until its outcome is written: the concurrency bounds both.
+  // Attempts until their outcome is written (stop waits for them), and those still sending: the
+  // concurrency bounds the latter; an outcome waits at most one look to be written.
   const inFlight = new Set<Promise<void>>();
+  let sending = 0;
+  // The earliest retry this relay scheduled: the idle wait ends then rather than at the next poll.
+  let nextRetry = Infinity;
   const outcomes: { outcome: AttemptOutcome; written: (disabled: boolean) => void }[] = [];
   let stopped = false;
   let nudge: (() => void) | undefined;
@@ -137,12 +141,13 @@ export function startRelay({
     for (const [i, { written }] of taken.entries()) written(disabled[i] ?? false);
   };
 
-  const attempt = async (delivery: ClaimedDelivery) => {
+  const attempt = async (delivery: ClaimedDelivery, sent: () => void) => {
     const { endpointId, position, event, url } = delivery;
     const eventId = formatEventId(position);
     const endpoint = { endpoint: endpointId, event: eventId, attempt: delivery.attempt };
     const at = clock.now();
     if (!event) {
+      sent();
       countAttempt('event_expired');
       await record({
         record: {
@@ -190,6 +195,7 @@ export function startRelay({
         spanAttributes: { 'petstore.webhook.endpoint': endpointId, 'petstore.event.id': eventId },
       });
     }
+    sent();
     if (outcome.aborted) {
       await store.webhooks.release(endpointId, position, owner);
       return;
@@ -203,6 +209,7 @@ export function startRelay({
       // The last attempt is made when the give-up period ends, so an endpoint down for all of it
       // is tried at its end (and then disabled), not a retry delay before.
       if (retryAt > deadline) retryAt = done >= deadline ? undefined : deadline;
+      if (retryAt !== undefined) nextRetry = Math.min(nextRetry, retryAt);
     }
     const disabled = await record({
       record: {
@@ -243,7 +250,15 @@ export function startRelay({
   };
 
   const start = (delivery: ClaimedDelivery) => {
-    const running: Promise<void> = attempt(delivery)
+    sending += 1;
+    let done = false;
+    const sent = () => {
+      if (done) return;
+      done = true;
+      sending -= 1;
+      wake();
+    };
+    const running: Promise<void> = attempt(delivery, sent)
       .catch((error: unknown) => {
         // Not given back: the lease expires and the attempt is made again.
         log.warn(
@@ -252,6 +267,7 @@ export function startRelay({
         );
       })
       .finally(() => {
+        sent();
         inFlight.delete(running);
         wake();
       });
@@ -264,7 +280,7 @@ export function startRelay({
   const look = async (): Promise<boolean> => {
     await flush();
     const handed = await store.webhooks.handOut(clock.now(), batch, window);
-    const free = config.webhookConcurrency - inFlight.size;
+    const free = config.webhookConcurrency - sending;
     if (free <= 0 || stopped) return false;
     // The time the leases start (and the secrets are chosen) is the claim's own.
     const claimed = await store.webhooks.claim({
@@ -295,7 +311,12 @@ export function startRelay({
         failing = true;
       }
       if (stopped) break;
-      if (!more) await Promise.race([sleep(pollMs), woken()]);
+      if (!more) {
+        const untilRetry = nextRetry - clock.now();
+        // Due already: the look just made has leased it, or another relay has.
+        if (untilRetry <= 0) nextRetry = Infinity;
+        await Promise.race([sleep(untilRetry > 0 ? Math.min(pollMs, untilRetry + 1) : pollMs), woken()]);
+      }
       const gap = LOOK_GAP_MS - (performance.now() - began);
       if (gap > 0 && !stopped) await sleep(gap);
     }

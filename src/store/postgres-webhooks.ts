@@ -45,6 +45,7 @@ const statements = {
     'UPDATE webhook_endpoints SET disabled_at = NULL, failing_since = NULL, cursor_tx = last.tx, cursor_seq = last.seq ' +
     'FROM last WHERE id = $1 AND disabled_at IS NOT NULL',
   exists: 'SELECT 1 FROM webhook_endpoints WHERE id = $1',
+  lockEndpoint: 'SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE',
   roll: 'UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3',
   attempts:
     'SELECT endpoint_id, event_id, attempt, at, status, error, duration_ms FROM webhook_attempts ' +
@@ -187,11 +188,25 @@ export function postgresWebhooks(
       }));
     },
     async finish(outcomes: AttemptOutcome[]) {
+      // Each endpoint's row is locked before anything of its own, endpoints in ascending order,
+      // by every instance: two batches written at once wait for each other, never deadlock.
+      const order = outcomes
+        .map((outcome, index) => ({ outcome, index }))
+        .sort(
+          (a, b) =>
+            a.outcome.record.endpointId - b.outcome.record.endpointId ||
+            Number(a.outcome.position.tx - b.outcome.position.tx) ||
+            Number(a.outcome.position.seq - b.outcome.position.seq),
+        );
       return inTransaction(async (client) => {
-        const disabled: boolean[] = [];
-        for (const { record, position, ok, retryAt, disableUnlessSuccessSince: since } of outcomes) {
+        const disabled: boolean[] = new Array<boolean>(outcomes.length).fill(false);
+        let locked: number | undefined;
+        for (const { outcome, index } of order) {
+          const { record, position, ok, retryAt, disableUnlessSuccessSince: since } = outcome;
           const at = record.at.getTime();
           const id = record.endpointId;
+          if (id !== locked) await run(statements.lockEndpoint, [id], client);
+          locked = id;
           const where = [id, String(position.tx), position.seq];
           await run(
             statements.insertAttempt,
@@ -203,12 +218,11 @@ export function postgresWebhooks(
           else await run(statements.retry, [retryAt, ...where], client);
           if (ok) {
             await run(statements.succeeded, [at, id], client);
-            disabled.push(false);
             continue;
           }
           await run(statements.failed, [at, id], client);
           const { rowCount } = await run(statements.disable, [at, id, since, retryAt === undefined], client);
-          disabled.push((rowCount ?? 0) > 0);
+          disabled[index] = (rowCount ?? 0) > 0;
         }
         return disabled;
       });
