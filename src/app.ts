@@ -145,6 +145,8 @@ export async function buildApp({
   await app.register(pets, { store, config, countDeprecatedCall: metrics.countDeprecatedCall });
   await app.register(events, { store, clock, config, pruneEveryMs: eventPruneEveryMs });
   registerMetrics(app, metrics, app.authenticate);
+  // The relay runs beside the app (server.ts starts it) and counts its attempts here.
+  app.decorate('countWebhookAttempt', metrics.countWebhookAttempt);
   for (const url of ['/v1/openapi.json', '/healthz', '/readyz', '/metrics']) refuseOtherMethods(app, url, ['GET']);
 
   return app;

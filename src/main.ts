@@ -3,6 +3,7 @@ import './runtime.js';
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from './config.js';
+import { runWebhooksCommand, webhooksHelp } from './events/cli.js';
 import { keysHelp, runKeysCommand, type Output } from './keys/cli.js';
 import { databaseHelp, isDatabaseCommand, runDatabaseCommand } from './store/cli.js';
 import { UnknownMigrationError } from './store/migrations.js';
@@ -27,6 +28,15 @@ Commands:
   keys list [--json]             List keys (id, name, scopes, created, expires, state, last used); never a secret.
   keys revoke <id>               Revoke a key; every instance refuses it within one second.
   keys roll <id> [--grace 24h]   Issue a successor; the old key works until the grace ends.
+  webhooks add <url>             Add a webhook endpoint; its signing secret is printed once.
+         [--description <text>] [--json]
+  webhooks list [--json]         List endpoints (state, last success and failure, events waiting).
+  webhooks remove <id>           Remove an endpoint.
+  webhooks enable <id>           Enable an endpoint disabled after failing for the give-up period.
+  webhooks roll <id> [--grace 24h]
+                                 Issue a new signing secret; the old one also signs until the grace ends.
+  webhooks deliveries <id> [--json]
+                                 An endpoint's recent attempts (event, attempt, when, status or error).
   migrate status [--json]        List migrations: applied (with when), pending, or unknown to this version.
   backup <file> [--force]        Write a consistent copy of the SQLite database, even while it serves.
   restore <file>                 Check a copy and put it in place of the SQLite database (service stopped).
@@ -64,6 +74,7 @@ ${storeSettings}
 ${exitCodes}
 `,
   ...keysHelp,
+  ...webhooksHelp,
   ...databaseHelp,
 };
 
@@ -142,6 +153,12 @@ export async function main(argv: string[]): Promise<number> {
     return runKeysCommand(argv.slice(1), {
       io,
       withStore: (run) => withStore(loadConfig(), run),
+    });
+  if (argv[0] === 'webhooks')
+    return runWebhooksCommand(argv.slice(1), {
+      io,
+      withStore: (run) => withStore(loadConfig(), run),
+      allowHttp: () => loadConfig().webhookAllowHttp,
     });
   let parsed;
   try {

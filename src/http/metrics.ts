@@ -5,6 +5,7 @@ import type { CloseReason } from './connections.js';
 import { petStatuses } from '../schemas.js';
 import type { ObserveCall } from '../store/instrumented.js';
 import { PET_COUNTS_MAX_AGE_MS, type Store } from '../store/store.js';
+import type { WebhookStats } from '../store/webhooks.js';
 
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const STORE_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
@@ -47,7 +48,19 @@ export interface Metrics {
   countDeprecatedCall(operation: 'getPet'): void;
   /** petstore_connections_closed_total: one connection the service closed or refused itself, by reason. */
   countClosedConnection(reason: CloseReason): void;
+  /** petstore_webhook_attempts_total: one webhook attempt, by result (src/events/relay.ts). */
+  countWebhookAttempt(result: string): void;
 }
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Counts one webhook attempt of this process's relay, by result, in this app's /metrics. */
+    countWebhookAttempt(result: string): void;
+  }
+}
+
+// A scrape reads the three webhook gauges from one query, at most once a second.
+const WEBHOOK_STATS_MAX_AGE_MS = 1000;
 
 /**
  * The app's metrics in a registry of its own (not prom-client's global one), so apps built in
@@ -151,6 +164,52 @@ export function createMetrics(store: Store): Metrics {
     labelNames: ['reason'] as const,
     registers,
   });
+  // docs/webhooks.md#seen-from-outside. The series exist from the start, at 0.
+  const webhookAttempts = new Counter({
+    name: 'petstore_webhook_attempts_total',
+    help: 'Webhook attempts this instance made, by result: success, http_error, redirect, timeout, network_error, url_refused, event_expired (docs/webhooks.md).',
+    labelNames: ['result'] as const,
+    registers,
+  });
+  for (const result of ['success', 'http_error', 'redirect', 'timeout', 'network_error', 'url_refused']) {
+    webhookAttempts.labels(result).inc(0);
+  }
+  let stats: { at: number; read: Promise<WebhookStats> } | undefined;
+  const readStats = () => {
+    if (!stats || Date.now() - stats.at > WEBHOOK_STATS_MAX_AGE_MS) {
+      stats = { at: Date.now(), read: store.webhooks.stats() };
+    }
+    return stats.read;
+  };
+  const webhookGauge = (name: string, help: string, value: (stats: WebhookStats) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers,
+      // As petstore_pets: the database being down leaves the series out rather than failing the scrape.
+      async collect() {
+        try {
+          this.set(value(await readStats()));
+        } catch {
+          this.reset();
+        }
+      },
+    });
+  webhookGauge(
+    'petstore_webhook_events_waiting',
+    'Events owed to enabled webhook endpoints and not yet delivered, summed over the endpoints (every instance).',
+    (s) => s.waiting,
+  );
+  webhookGauge(
+    'petstore_webhook_oldest_waiting_seconds',
+    'Age of the oldest event an enabled webhook endpoint is still owed; 0 when none waits.',
+    (s) => (s.oldestWaitingAt ? Math.max(0, (Date.now() - s.oldestWaitingAt.getTime()) / 1000) : 0),
+  );
+  webhookGauge(
+    'petstore_webhook_endpoints_disabled',
+    'Webhook endpoints disabled for failing every attempt for PETSTORE_WEBHOOK_GIVE_UP.',
+    (s) => s.disabled,
+  );
   return {
     registry: Registry.merge([registry, readProcessRegistry()]),
     answerSeries,
@@ -161,6 +220,7 @@ export function createMetrics(store: Store): Metrics {
     // getPet is the one deprecated operation.
     countDeprecatedCall: () => getPetCalls.inc(),
     countClosedConnection: (reason) => closedConnections.inc({ reason }),
+    countWebhookAttempt: (result) => webhookAttempts.inc({ result }),
   };
 }
 

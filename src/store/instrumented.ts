@@ -56,6 +56,11 @@ export class InstrumentedStore implements Store {
     return this.#inner.idsVisibleInOrder;
   }
 
+  /** The relay's and the CLI's: background work, not timed as a request's. */
+  get webhooks() {
+    return this.#inner.webhooks;
+  }
+
   isDiskError(error: unknown) {
     return this.#inner.isDiskError(error);
   }

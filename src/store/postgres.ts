@@ -3,6 +3,8 @@ import { systemClock, type Clock } from '../clock.js';
 import { groupCalls } from './batches.js';
 import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
+import { EVENT_TX, HORIZON } from './postgres-event-clock.js';
+import { postgresWebhooks } from './postgres-webhooks.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import { INT64_MAX, type PetStatus } from '../schemas.js';
 import {
@@ -84,11 +86,6 @@ const PET_COLUMNS = 'id, name, category_id, status';
 const PET_JSON =
   `'{"id":' || p.id || ',"name":' || to_json(p.name)::text || ',"categoryId":' || p.category_id || ` +
   `',"status":"' || p.status || '"}'`;
-
-// An event's tx, and the feed's horizon: transaction ids on the event clock (migration 006).
-const OFFSET = '(SELECT tx_offset FROM event_clock)';
-const EVENT_TX = `(pg_current_xact_id()::text::bigint + ${OFFSET})`;
-const HORIZON = `(pg_snapshot_xmin(pg_current_snapshot())::text::bigint + ${OFFSET})`;
 
 /**
  * The outbox (docs/events.md): `pets`, the animals a statement inserted, each with its event in
@@ -474,6 +471,13 @@ export function openPostgresStore(
       noteDeprecatedUse: deprecatedUses.note,
     },
     idsVisibleInOrder: false,
+    webhooks: postgresWebhooks(async (text, values, client) => {
+      try {
+        return await (client ?? pool).query(text, values);
+      } catch (error) {
+        throw translate(error);
+      }
+    }, inTransaction),
     isDiskError,
     probeWrite,
 

@@ -8,6 +8,7 @@ import { rememberActiveKeys } from './key-memory.js';
 import { batchKeyUses, type KeyUse } from './key-uses.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import { readTurns } from './read-turns.js';
+import { sqliteWebhooks } from './sqlite-webhooks.js';
 import type { PetStatus } from '../schemas.js';
 import {
   ACTIVE_KEY_COLUMNS,
@@ -334,6 +335,7 @@ export function openSqliteStore(
   const store: Store = {
     memory: { rememberedKey: activeKeys.remembered, noteKeyUse: keyUses.note, noteDeprecatedUse: deprecatedUses.note },
     idsVisibleInOrder: true,
+    webhooks: sqliteWebhooks(db, { whileBusy, beforeWrite: reads.end }),
     isDiskError,
     probeWrite,
     // One process uses a SQLite file: the counts are this process's own.

@@ -1,5 +1,6 @@
 import type { Scope } from '../keys/keys.js';
 import type { PetStatus } from '../schemas.js';
+import type { WebhookStore } from './webhooks.js';
 
 export interface PetRecord {
   id: bigint;
@@ -161,6 +162,8 @@ export interface Store {
    * after a higher one: false there.
    */
   readonly idsVisibleInOrder: boolean;
+  /** Webhook endpoints, their deliveries and attempts (docs/webhooks.md). */
+  readonly webhooks: WebhookStore;
 
   /**
    * Applies the migrations not yet applied; returns their names. `onApplied` hears of each one
