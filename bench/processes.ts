@@ -200,14 +200,23 @@ async function startScript(
   env: Record<string, string>,
   probe: string,
   cpu: number | undefined,
+  flags: string[] = [],
 ): Promise<Running> {
   const port = await freePort();
-  return startProcess(name, ['node', `${ROOT}bench/${script}`], { PORT: String(port), ...env }, { cpu, port, probe });
+  return startProcess(
+    name,
+    ['node', ...flags, `${ROOT}bench/${script}`],
+    { PORT: String(port), ...env },
+    { cpu, port, probe },
+  );
 }
 
-/** bench/minimal.mjs on the SQLite file at `path`: the reference row (see that file). */
-export const startMinimal = (path: string, cpu: number | undefined) =>
-  startScript('minimal Fastify + better-sqlite3', 'minimal.mjs', { PETSTORE_DB: path }, '/v1/pets/1', cpu);
+/**
+ * bench/minimal.mjs on the SQLite file at `path`: the reference row (see that file). `flags` are
+ * node's, for `npm run bench:profile`'s profiler; the rows `npm run bench` judges use none.
+ */
+export const startMinimal = (path: string, cpu: number | undefined, flags: string[] = []) =>
+  startScript('minimal Fastify + better-sqlite3', 'minimal.mjs', { PETSTORE_DB: path }, '/v1/pets/1', cpu, flags);
 
 /** bench/bare.mjs answering every GET with the bytes of `bodyFile`: the ceiling every ratio divides by. */
 export const startBare = (bodyFile: string, cpu: number | undefined) =>

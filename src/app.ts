@@ -21,6 +21,7 @@ import { parseQuery } from './http/query.js';
 import { loggingOptions } from './http/request-log.js';
 import { tracing } from './http/tracing.js';
 import { compileValidator } from './http/validation.js';
+import { events } from './events/events.js';
 import { keyMemory } from './keys/memory.js';
 import { pets } from './pets/pets.js';
 import { sharedSchemas } from './schemas.js';
@@ -42,6 +43,8 @@ export interface AppDeps {
   hitFlushMs?: number;
   /** How long a key's use waits in memory before it is written (10 s, keys/uses.ts). */
   keyUseFlushMs?: number;
+  /** How often expired events are looked for (src/events/retention.ts); every minute by default. */
+  eventPruneEveryMs?: number;
 }
 
 /**
@@ -57,6 +60,7 @@ export async function buildApp({
   logStream,
   hitFlushMs,
   keyUseFlushMs,
+  eventPruneEveryMs,
 }: AppDeps): Promise<FastifyInstance> {
   const metrics = createMetrics(plainStore);
   const store = new InstrumentedStore(
@@ -65,7 +69,7 @@ export async function buildApp({
     config.databaseUrl ? 'postgresql' : 'sqlite',
   );
   // The per-key and refused-key limits: the auth plugin counts them; answers given before any
-  // key is read carry the client address's "refused-keys" fields, uncounted (CONTRACT.md Limits).
+  // key is read carry the client address's "refused-keys" fields, uncounted (docs/api.md#rate-limits).
   const limits = new RateLimits(store, clock, config, hitFlushMs);
   // Keys found lately, and their uses to write: most requests cost no database work for their key.
   // By the system's clock, as its timers are: how long a revoked key may still be served is real
@@ -99,7 +103,7 @@ export async function buildApp({
     },
     // In-flight requests finish during shutdown instead of getting a non-contract 503.
     return503OnClosing: false,
-    // A petId of any length reaches getPet, which answers 404 (CONTRACT.md getPet).
+    // A petId of any length reaches getPet, which answers 404 (docs/api.md#deprecation-of-getpet).
     routerOptions: { maxParamLength: HEADER_LIMIT, querystringParser: parseQuery },
   });
 
@@ -148,12 +152,14 @@ export async function buildApp({
   registerHealth(app, store);
   await app.register(pets, {
     store,
-    clock,
     config,
     countDeprecatedCall: metrics.countDeprecatedCall,
     noteDeprecatedUse: keys.noteDeprecatedUse,
   });
+  await app.register(events, { store, clock, config, pruneEveryMs: eventPruneEveryMs });
   registerMetrics(app, metrics, app.authenticate);
+  // The relay runs beside the app (server.ts starts it) and counts its attempts here.
+  app.decorate('countWebhookAttempt', metrics.countWebhookAttempt);
   for (const url of ['/v1/openapi.json', '/healthz', '/readyz', '/metrics']) refuseOtherMethods(app, url, ['GET']);
 
   return app;

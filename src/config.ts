@@ -26,7 +26,7 @@ function integer(min: number, max: number) {
   };
 }
 
-/** An absolute http(s) URL ending in /v1 (CONTRACT.md: the version segment is part of the base address). */
+/** An absolute http(s) URL ending in /v1 (docs/api.md#versions-and-base-address: the version segment is part of the base address). */
 function baseUrl(raw: string) {
   const base = raw.replace(/\/+$/, '');
   let url: URL | undefined;
@@ -80,6 +80,24 @@ function withoutPassword(raw: string): string {
   }
 }
 
+const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A whole number and a unit, s, m, h or d (`30d`, `12h`), from `min` to `max` ms, as ms. */
+function duration(min: string, max: string) {
+  const ms = (text: string) => {
+    const match = /^([1-9][0-9]{0,6})([smhd])$/.exec(text);
+    return match ? Number(match[1]) * UNIT_MS[match[2]!]! : undefined;
+  };
+  const [least, most] = [ms(min)!, ms(max)!];
+  return (raw: string) => {
+    const value = ms(raw);
+    if (value === undefined || value < least || value > most) {
+      throw new Error(`must be a whole number and a unit, s, m, h or d (30d), from ${min} to ${max}`);
+    }
+    return value;
+  };
+}
+
 /** A positive integer up to `max`, or undefined for `off`. */
 function integerOrOff(max: number) {
   const read = integer(1, max);
@@ -122,6 +140,12 @@ function isOrigin(entry: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** A host name (letters, digits, hyphens, dots) or an IP address, as a URL's host names it. */
+function isHost(entry: string): boolean {
+  const bare = entry.replace(/^\[(.*)\]$/, '$1');
+  return isIP(bare) !== 0 || /^[a-z0-9]([a-z0-9-]{0,62})(\.[a-z0-9]([a-z0-9-]{0,62}))*\.?$/i.test(bare);
 }
 
 const addressList = listOf(isAddressOrRange, 'must be IP addresses or CIDR ranges (10.0.0.0/8), comma-separated');
@@ -323,6 +347,72 @@ export const settings = {
     default: '10000',
     parse: integer(1, 600_000),
   } satisfies Setting<number>,
+  eventRetentionMs: {
+    env: 'PETSTORE_EVENT_RETENTION',
+    description:
+      'How long events are kept in the feed (GET /v1/events), delivered or not; older ones are deleted in the background, a bounded batch at a time.',
+    format: 'whole number and a unit, s, m, h or d, from 1m to 3650d',
+    default: '30d',
+    parse: duration('1m', '3650d'),
+  } satisfies Setting<number>,
+  webhookDelivery: {
+    env: 'PETSTORE_WEBHOOK_DELIVERY',
+    description:
+      'Whether this instance delivers webhooks (docs/webhooks.md); off: it serves the API and delivers nothing, the other instances deliver.',
+    format: 'on or off',
+    default: 'on',
+    parse: (raw) => {
+      if (raw !== 'on' && raw !== 'off') throw new Error('must be on or off');
+      return raw === 'on';
+    },
+  } satisfies Setting<boolean>,
+  webhookConcurrency: {
+    env: 'PETSTORE_WEBHOOK_CONCURRENCY',
+    description: 'Most webhook attempts this instance has in flight at once, all endpoints together.',
+    format: 'integer 1..1000',
+    default: '8',
+    parse: integer(1, 1000),
+  } satisfies Setting<number>,
+  webhookTimeoutMs: {
+    env: 'PETSTORE_WEBHOOK_TIMEOUT_MS',
+    description: "Longest wait for a receiver's answer; an attempt that takes longer is a failure, retried.",
+    format: 'milliseconds, integer 100..600000',
+    default: '10000',
+    parse: integer(100, 600_000),
+  } satisfies Setting<number>,
+  webhookRetryMs: {
+    env: 'PETSTORE_WEBHOOK_RETRY_MS',
+    description:
+      'Wait before the first retry of a failed attempt; each further retry waits twice as long, with jitter (docs/webhooks.md#retries).',
+    format: 'milliseconds, integer 10..86400000',
+    default: '5000',
+    parse: integer(10, 86_400_000),
+  } satisfies Setting<number>,
+  webhookGiveUpMs: {
+    env: 'PETSTORE_WEBHOOK_GIVE_UP',
+    description:
+      'How long after its creation an event is retried before it is given up; an endpoint that failed every attempt for this long is disabled.',
+    format: 'whole number and a unit, s, m, h or d, from 1s to 30d',
+    default: '3d',
+    parse: duration('1s', '30d'),
+  } satisfies Setting<number>,
+  webhookLeaseMs: {
+    env: 'PETSTORE_WEBHOOK_LEASE_MS',
+    description:
+      'How long an attempt is held by the instance making it; an attempt a killed instance abandoned is made again by another (or by the restarted one) once it has passed. More than PETSTORE_WEBHOOK_TIMEOUT_MS.',
+    format: 'milliseconds, integer 200..3600000',
+    default: 'PETSTORE_WEBHOOK_TIMEOUT_MS + 5000',
+    derive: ({ webhookTimeoutMs }) => String(Number(webhookTimeoutMs) + 5000),
+    parse: integer(200, 3_600_000),
+  } satisfies Setting<number>,
+  webhookAllowHttp: {
+    env: 'PETSTORE_WEBHOOK_ALLOW_HTTP',
+    description:
+      'Hosts webhook endpoints may be reached at with plain http:// (local receivers); every other endpoint must use https://. Checked at webhooks add and before each attempt.',
+    format: 'host names or IP addresses, comma-separated',
+    default: '',
+    parse: listOf(isHost, 'must be host names or IP addresses (localhost, 127.0.0.1, ::1), comma-separated'),
+  } satisfies Setting<string[]>,
   logLevel: {
     env: 'LOG_LEVEL',
     description: 'Least severe log level written (JSON lines on standard output).',
@@ -365,6 +455,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (config.spanBatchSize > config.spanQueueSize) {
     throw new ConfigError(
       `OTEL_BSP_MAX_EXPORT_BATCH_SIZE must be at most OTEL_BSP_MAX_QUEUE_SIZE (${config.spanQueueSize}) (got "${config.spanBatchSize}")`,
+    );
+  }
+  if (config.webhookLeaseMs <= config.webhookTimeoutMs) {
+    throw new ConfigError(
+      `PETSTORE_WEBHOOK_LEASE_MS must be more than PETSTORE_WEBHOOK_TIMEOUT_MS (${config.webhookTimeoutMs}) (got "${config.webhookLeaseMs}")`,
     );
   }
   return Object.freeze(config);

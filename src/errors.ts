@@ -15,7 +15,7 @@ export const ECHO_LIMIT = 64;
 /**
  * `text` as one printable line: each control character (Unicode Cc), line or paragraph
  * separator, bidirectional control and lone surrogate is written as its code point
- * (CONTRACT.md Errors and Limits).
+ * (docs/api.md#errors, docs/hardening.md#error-messages).
  *
  * @example oneLine('a\nb') // 'aU+000Ab'
  * @example oneLine('a\u202eb') // 'aU+202Eb'

@@ -6,6 +6,7 @@ import { isDatabaseCommand, migrateCommand, runDatabaseCommand, withStore } from
 import { askedHelp, UsageError } from './cli/help.js';
 import { runKeysCommand } from './cli/keys.js';
 import { processOutput } from './cli/output.js';
+import { runWebhooksCommand } from './cli/webhooks.js';
 import { UnknownMigrationError } from './store/migrations.js';
 import { describeDatabase, serve, StartupError } from './server.js';
 import { version } from './version.js';
@@ -20,6 +21,12 @@ export async function main(argv: string[]): Promise<number> {
     return runKeysCommand(argv.slice(1), {
       io,
       withStore: (run) => withStore(loadConfig(), io, run),
+    });
+  if (argv[0] === 'webhooks')
+    return runWebhooksCommand(argv.slice(1), {
+      io,
+      withStore: (run) => withStore(loadConfig(), io, run),
+      allowHttp: () => loadConfig().webhookAllowHttp,
     });
   let parsed;
   try {
@@ -71,7 +78,7 @@ main(process.argv.slice(2)).then(
       io.err(`petstore: ${error.message}\n\n${error.help}`);
       process.exitCode = 2;
     } else if (error instanceof StartupError && error.cause instanceof UnknownMigrationError) {
-      // CONTRACT.md "Migrations": a database a newer release touched is refused with exit 2.
+      // docs/operations.md#migrations: a database a newer release touched is refused with exit 2.
       io.err(`petstore: ${error.message}`);
       process.exitCode = 2;
     } else if (error instanceof StartupError) {

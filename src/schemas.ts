@@ -77,6 +77,49 @@ export type Pet = Static<typeof Pet>;
 
 export const Pets = Type.Array(Type.Ref(Pet));
 
+export const eventTypes = ['pet.created'] as const;
+export type EventType = (typeof eventTypes)[number];
+
+/** `evt_` and 32 hexadecimal digits (events/ids.ts): fixed width, so ids compare as strings in feed order. */
+export const EVENT_ID_PATTERN = '^evt_[0-9a-f]{32}$';
+
+export const Event = Type.Object(
+  {
+    id: Type.String({
+      minLength: 36,
+      maxLength: 36,
+      pattern: EVENT_ID_PATTERN,
+      examples: ['evt_00000000000005e2000000000000002a'],
+      description:
+        'Unique; opaque, but ordered: ids increase in the order the feed lists events, and compare as plain strings in that order.',
+    }),
+    type: Type.Unsafe<EventType>({
+      type: 'string',
+      enum: [...eventTypes],
+      maxLength: 11,
+      description: 'What happened: pet.created, an animal was added (data is the animal).',
+    }),
+    createdAt: Type.String({
+      format: 'date-time',
+      minLength: 24,
+      maxLength: 24,
+      pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$',
+      examples: ['2026-11-22T10:00:00.123Z'],
+      description: 'When the event was written, RFC 3339 in UTC, to the millisecond.',
+    }),
+    data: Type.Ref(Pet, {
+      description: 'The animal exactly as createPet answered it with 201: the same fields, the same digits.',
+    }),
+  },
+  {
+    $id: 'Event',
+    additionalProperties: false,
+    description:
+      'Something that happened in the catalogue, written in the same transaction as the change it announces.',
+  },
+);
+export type Event = Static<typeof Event>;
+
 export const errorCodes = {
   invalid_request: 400,
   unauthorized: 401,
@@ -152,6 +195,23 @@ export const ListPetsQuery = Type.Object(
 );
 export type ListPetsQuery = { limit: number; status?: PetStatus; cursor?: string };
 
+export const ListEventsQuery = Type.Object(
+  {
+    after: Type.Optional(
+      Type.String({
+        minLength: 36,
+        maxLength: 36,
+        pattern: EVENT_ID_PATTERN,
+        description:
+          'after must be the id of an event as the feed listed it (evt_ and 32 lowercase hexadecimal digits); the page starts after it.',
+      }),
+    ),
+    limit: ListPetsQuery.properties.limit,
+  },
+  { additionalProperties: false },
+);
+export type ListEventsQuery = { after?: string; limit: number };
+
 export const GetPetParams = Type.Object({
   petId: Int64({
     minimum: 1,
@@ -177,7 +237,7 @@ export const CreatePetHeaders = Type.Object({
   ),
 });
 
-export const sharedSchemas = [PetStatus, NewPet, Pet, ErrorBody];
+export const sharedSchemas = [PetStatus, NewPet, Pet, Event, ErrorBody];
 
 /**
  * A response header as the document describes it: every value the service writes fits its
@@ -255,7 +315,7 @@ const authHeader: HeaderDocs = {
 };
 
 /**
- * The 403 of an operation that needs `scope` (CONTRACT.md scopes): a valid key without it.
+ * The 403 of an operation that needs `scope` (docs/keys.md#scopes): a valid key without it.
  *
  * @example
  * response: { 403: forbiddenResponse('pets:write'), ...commonErrors }
@@ -309,7 +369,7 @@ export const rateLimitHeaders: HeaderDocs = {
 };
 
 /**
- * The RateLimit fields of the refused-key limit of the client's address (CONTRACT.md Limits),
+ * The RateLimit fields of the refused-key limit of the client's address (docs/api.md#rate-limits),
  * on answers given before any valid key was read: a 401, and refusals made before the key is
  * looked at (400 for malformed HTTP, 408, 414, 431). Nothing but a refused key is counted.
  * Absent when that limit is off (PETSTORE_AUTH_FAILURE_LIMIT=off).
@@ -392,7 +452,7 @@ export const idempotencyRetryAfter: HeaderDocs = {
   'Retry-After': retryAfter('Seconds to wait before retrying.'),
 };
 
-/** createPet's Location: the new animal's path (CONTRACT.md createPet). */
+/** createPet's Location: the new animal's path (docs/api.md#operations). */
 export const locationHeader: HeaderDoc = {
   type: 'string',
   maxLength: 28,
@@ -400,9 +460,15 @@ export const locationHeader: HeaderDoc = {
   description: '/v1/pets/{id} of the new animal.',
 };
 
-/** What a key may do (CONTRACT.md): listPets and getPet, createPet, and `GET /metrics`. */
-export const scopes = ['pets:read', 'pets:write', 'metrics:read'] as const;
+/** What a key may do (docs/keys.md#scopes): listPets and getPet, createPet, `GET /metrics`, and listEvents. */
+export const scopes = ['pets:read', 'pets:write', 'metrics:read', 'events:read'] as const;
 export type Scope = (typeof scopes)[number];
+
+/**
+ * What a key holds when issued without `--scope`, as every key issued before scopes existed:
+ * the first three. `events:read` is given only when asked for.
+ */
+export const defaultScopes: readonly Scope[] = ['pets:read', 'pets:write', 'metrics:read'];
 
 export function isScope(word: string): word is Scope {
   return (scopes as readonly string[]).includes(word);

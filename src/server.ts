@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { settings, type Config } from './config.js';
+import { startRelay } from './events/relay.js';
 import { issueFirstKey } from './keys/issue.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
@@ -11,6 +12,8 @@ import { startTracing, stopTracing } from './tracing.js';
 import { version } from './version.js';
 
 const DRAIN_MS = 10_000;
+// Within the drain's bound: webhook attempts still in flight then are stopped and given back.
+const RELAY_GRACE_MS = 6_000;
 // Within the drain's bound: a collector that does not answer loses the last spans, not the exit.
 const FLUSH_MS = 3_000;
 
@@ -170,6 +173,11 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   const first = await issueFirstKey(store);
   if (first) announceFirstKey(first.key, app, config);
 
+  // docs/webhooks.md#the-relay: off on an instance that only serves the API.
+  const relay = config.webhookDelivery
+    ? startRelay({ store, config, log: app.log, countAttempt: (result) => app.countWebhookAttempt(result) })
+    : undefined;
+
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -180,7 +188,8 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
       process.exit(1);
     }, DRAIN_MS);
     timer.unref();
-    await app.close();
+    // New attempts stop with the requests; those in flight get the grace, then are given back.
+    await Promise.all([app.close(), relay?.stop(RELAY_GRACE_MS)]);
     await store.close();
     await stopTracing(FLUSH_MS);
     process.exit(0);

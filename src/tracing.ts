@@ -4,7 +4,7 @@ import type { ReadableSpan, SpanExporter, SpanProcessor, TracerProvider } from '
 import type { Config } from './config.js';
 import { version } from './version.js';
 
-// CONTRACT.md "Operations", Tracing: the standard OTEL_* variables, read by the SDK itself where
+// docs/operations.md#tracing: the standard OTEL_* variables, read by the SDK itself where
 // it reads them (the OTLP exporter's endpoint, headers, timeout and compression; the resource's
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES), by config.ts for the batch span processor's
 // OTEL_BSP_* and here for the rest (docs/configuration.md).
@@ -26,7 +26,7 @@ let provider: TracerProvider | undefined;
 
 /**
  * Keeps a failed span's status code and drops its description: it is an error's message, which
- * may quote what the caller sent (CONTRACT.md: no span carries a key or a body).
+ * may quote what the caller sent (docs/operations.md#tracing: no span carries a key or a body).
  */
 const withoutErrorText: SpanProcessor = {
   onStart: () => {},
@@ -131,7 +131,7 @@ export async function startTracing(batch: SpanBatchSettings, env: NodeJS.Process
     ],
   });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-  // W3C Trace Context: an incoming traceparent continues the caller's trace (CONTRACT.md).
+  // W3C Trace Context: an incoming traceparent continues the caller's trace (docs/operations.md#tracing).
   propagation.setGlobalPropagator(
     new core.CompositePropagator({
       propagators: [new core.W3CTraceContextPropagator(), new core.W3CBaggagePropagator()],
@@ -159,7 +159,7 @@ function samplerOf(sdk: Sdk, env: NodeJS.ProcessEnv) {
 }
 
 /**
- * Exports the spans still queued and stops the SDK, within `timeoutMs` (CONTRACT.md: spans are
+ * Exports the spans still queued and stops the SDK, within `timeoutMs` (docs/operations.md#tracing: spans are
  * flushed on shutdown; a collector that is down does not hold the exit past that). Never rejects.
  */
 export async function stopTracing(timeoutMs: number): Promise<void> {

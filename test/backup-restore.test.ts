@@ -4,6 +4,7 @@ import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from '
 import { dirname, join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
+import { migrateDatabase } from './in-process.js';
 import { childEnv, runCli, startServer, type Server } from './process.js';
 
 const KEY_LINE = /^ {4}(psk_[A-Za-z0-9_-]{43})$/m;
@@ -98,7 +99,7 @@ test('a backup taken under a write load holds every pet acknowledged before it s
 
 test('backup refuses an existing file unless --force, and writes it readable by its owner alone', async (t) => {
   const env = childEnv(t);
-  assert.equal((await runCli(['migrate'], env)).code, 0);
+  await migrateDatabase(env);
   const file = join(dirname(env.PETSTORE_DB!), 'existing.db');
   writeFileSync(file, 'keep me', { mode: 0o644 });
   const refused = await runCli(['backup', file], env);
@@ -137,7 +138,7 @@ test('backup and restore on PostgreSQL refuse with one line that names pg_dump o
 /** A petstore database with `n` pets in it (long names: many pages), written around the service. */
 async function populated(t: TestContext, n: number) {
   const env = childEnv(t);
-  assert.equal((await runCli(['migrate'], env)).code, 0);
+  await migrateDatabase(env);
   const db = new Database(env.PETSTORE_DB!);
   const insert = db.prepare("INSERT INTO pets (name, category_id, status) VALUES (?, 1, 'available')");
   db.transaction(() => {

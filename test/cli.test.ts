@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
+import { migrateDatabase, runKeys } from './in-process.js';
 import { childEnv, runCli, startServer } from './process.js';
 
 const KEY = /^psk_[A-Za-z0-9_-]{43}$/;
@@ -9,20 +10,10 @@ const { version } = JSON.parse(readFileSync(new URL('../package.json', import.me
   version: string;
 };
 
-/** Runs each command line, four at a time: a shared machine starts twenty processes slowly. */
-async function runEach(lines: readonly (readonly string[])[], env: Record<string, string>) {
-  const results: Awaited<ReturnType<typeof runCli>>[] = [];
-  for (let i = 0; i < lines.length; i += 4) {
-    results.push(...(await Promise.all(lines.slice(i, i + 4).map((args) => runCli([...args], env, 60_000)))));
-  }
-  return results;
-}
-
-/** A child environment whose database `petstore migrate` has made, as the service's would be. */
+/** A child environment whose database has been made and migrated, as `petstore migrate` makes it. */
 async function migratedEnv(t: TestContext, extra: Record<string, string> = {}) {
   const env = childEnv(t, extra);
-  const { code, stderr } = await runCli(['migrate'], env);
-  assert.equal(code, 0, stderr);
+  await migrateDatabase(env);
   return env;
 }
 
@@ -36,7 +27,7 @@ test('keys create prints the new key alone on standard output', async (t) => {
 
 test('keys create --json prints one JSON line a script can parse', async (t) => {
   const env = await migratedEnv(t);
-  const { code, stdout } = await runCli(['keys', 'create', '--name', 'deploy bot', '--json'], env);
+  const { code, stdout } = await runKeys(['create', '--name', 'deploy bot', '--json'], env);
   assert.equal(code, 0);
   const created = JSON.parse(stdout);
   assert.deepEqual(Object.keys(created), ['id', 'name', 'key', 'scopes', 'createdAt', 'expiresAt']);
@@ -48,8 +39,8 @@ test('keys create --json prints one JSON line a script can parse', async (t) => 
 
 test('keys list shows names and hints but never a key', async (t) => {
   const env = await migratedEnv(t);
-  const created = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
-  const { code, stdout } = await runCli(['keys', 'list'], env);
+  const created = JSON.parse((await runKeys(['create', '--name', 'ci', '--json'], env)).stdout);
+  const { code, stdout } = await runKeys(['list'], env);
   assert.equal(code, 0);
   assert.match(stdout, /\bci\b/);
   assert.ok(stdout.includes(created.key.slice(0, 10)), 'the hint is shown');
@@ -59,11 +50,11 @@ test('keys list shows names and hints but never a key', async (t) => {
 
 test('keys revoke marks the key revoked, and refuses an unknown id', async (t) => {
   const env = await migratedEnv(t);
-  const created = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
-  assert.equal((await runCli(['keys', 'revoke', String(created.id)], env)).code, 0);
-  const listed = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout);
+  const created = JSON.parse((await runKeys(['create', '--name', 'ci', '--json'], env)).stdout);
+  assert.equal((await runKeys(['revoke', String(created.id)], env)).code, 0);
+  const listed = JSON.parse((await runKeys(['list', '--json'], env)).stdout);
   assert.notEqual(listed.revokedAt, null);
-  const again = await runCli(['keys', 'revoke', String(created.id)], env);
+  const again = await runKeys(['revoke', String(created.id)], env);
   assert.equal(again.code, 1);
   assert.match(again.stderr, /No active key has id/);
 });
@@ -99,21 +90,21 @@ test('every command has its own --help, which needs no valid setting', async (t)
   const list = [/^Usage: petstore keys list \[--json\]\n/, /"revokedAt"/, /"lastUsedAt"/];
   const revoke = [/^Usage: petstore keys revoke <id>\n/, /1 no active key has this id/];
   const roll = [/^Usage: petstore keys roll <id> \[--grace <duration>\]/, /Default: 24h/];
+  // The command's own words (serve, migrate, help) in a process; the keys commands' in process.
   const cases: [string[], RegExp[]][] = [
     [['serve', '--help'], serve],
     [['migrate', '--help'], migrate],
+    [['help', 'keys', 'roll'], roll],
+    [['help', 'keys', 'create'], create],
     [['keys', '--help'], keys],
     [['keys', 'create', '--help'], create],
     [['keys', 'list', '--help'], list],
     [['keys', 'revoke', '--help'], revoke],
     [['keys', 'roll', '--help'], roll],
-    [['help', 'keys', 'roll'], roll],
     [['keys', 'list', '-h'], list],
-    [['help', 'keys', 'create'], create],
   ];
-  const results = await runEach(
-    cases.map(([args]) => args),
-    env,
+  const results = await Promise.all(
+    cases.map(([args]) => (args[0] === 'keys' ? runKeys(args.slice(1), env) : runCli(args, env, 60_000))),
   );
   for (const [i, { code, stdout, stderr }] of results.entries()) {
     const [args, patterns] = cases[i]!;
@@ -124,12 +115,12 @@ test('every command has its own --help, which needs no valid setting', async (t)
 
 test("a bad subcommand line prints that subcommand's usage", async (t) => {
   const env = childEnv(t);
-  const create = await runCli(['keys', 'create', '--name', 'x', '--bogus'], env);
+  const create = await runKeys(['create', '--name', 'x', '--bogus'], env);
   assert.equal(create.code, 2);
   assert.match(create.stderr, /^petstore: .*--bogus.*\n\nUsage: petstore keys create --name/);
-  const revoke = await runCli(['keys', 'revoke', 'abc'], env);
+  const revoke = await runKeys(['revoke', 'abc'], env);
   assert.match(revoke.stderr, /\n\nUsage: petstore keys revoke <id>/);
-  const keys = await runCli(['keys', 'rotate'], env);
+  const keys = await runKeys(['rotate'], env);
   assert.match(keys.stderr, /^petstore: unknown command: keys rotate\n\nUsage: petstore keys </);
 });
 
@@ -200,12 +191,12 @@ test('first start with no key prints one that works; the next start prints none'
 
 test('a key revoked from the command line is refused by a running server within one second', async (t) => {
   const env = await migratedEnv(t);
-  const created = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
+  const created = JSON.parse((await runKeys(['create', '--name', 'ci', '--json'], env)).stdout);
   const server = await startServer(t, env);
   const get = () => fetch(`${server.url}/v1/pets`, { headers: { authorization: `Bearer ${created.key}` } });
   assert.equal((await get()).status, 200);
-  await runCli(['keys', 'revoke', String(created.id)], env);
-  // CONTRACT.md: refused within one second (the server may remember an active key for less).
+  await runKeys(['revoke', String(created.id)], env);
+  // docs/keys.md#how-keys-work: refused within one second (the server may remember an active key for less).
   const revokedAt = Date.now();
   let refused = await get();
   while (refused.status === 200 && Date.now() - revokedAt < 1000) {
@@ -219,7 +210,7 @@ test('a key revoked from the command line is refused by a running server within 
 
 test('serve never logs a key', async (t) => {
   const env = await migratedEnv(t, { LOG_LEVEL: 'trace' });
-  const created = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
+  const created = JSON.parse((await runKeys(['create', '--name', 'ci', '--json'], env)).stdout);
   const server = await startServer(t, env);
   let logs = '';
   server.child.stdout!.on('data', (chunk) => (logs += chunk));

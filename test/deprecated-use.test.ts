@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
 import { KEY_USE_WRITE_MS } from '../src/keys/uses.js';
 import { addPet, appCountingWrites, startApp } from './helpers.js';
+import { runKeys } from './in-process.js';
 import { childEnv, runCli, startServer } from './process.js';
 import { storeKinds } from './stores.js';
 
@@ -77,7 +78,7 @@ test('keys list shows when each key last called getPet, to the minute, written b
   const env = childEnv(t);
   const server = await startServer(t, env);
   const [, first] = await server.waitForOutput(/^ {4}(psk_[A-Za-z0-9_-]{43})$/m);
-  const other = await runCli(['keys', 'create', '--name', 'modern', '--json'], env);
+  const other = await runKeys(['create', '--name', 'modern', '--json'], env);
   assert.equal(other.code, 0, other.stderr);
   const modern = (JSON.parse(other.stdout) as { key: string }).key;
   const get = (key: string, path: string) =>

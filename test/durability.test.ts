@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { recordFigures, size } from './figures.js';
-import { childEnv, runCli, startServer } from './process.js';
+import { migrateDatabase, runKeys } from './in-process.js';
+import { childEnv, startServer } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
 
 const CYCLES = size.killCycles;
@@ -40,8 +41,8 @@ for (const store of stores) {
     async (t) => {
       const env = await store.env(t);
       // keys create refuses a database that does not exist: migrate makes it, as serve would.
-      assert.equal((await runCli(['migrate'], env)).code, 0);
-      const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout);
+      await migrateDatabase(env);
+      const { key } = JSON.parse((await runKeys(['create', '--name', 'ci', '--json'], env)).stdout);
       const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
       const acknowledged = new Map<bigint, string>();
       const sent = new Set<string>();

@@ -10,7 +10,7 @@ import { issueKey } from '../src/keys/issue.js';
 import { startApp, tempSqliteStore } from './helpers.js';
 import { exchangeBytes, parseResponse } from './raw.js';
 
-/** What no message may hold (CONTRACT.md Errors): a Cc character, a line separator, a lone surrogate. */
+/** What no message may hold (docs/hardening.md#error-messages): a Cc character, a line separator, a lone surrogate. */
 const UNPRINTABLE =
   // eslint-disable-next-line no-control-regex -- matching control characters is the point
   /[\u0000-\u001f\u007f-\u009f\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;

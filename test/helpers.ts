@@ -77,6 +77,7 @@ export async function startApp(
     clock = manualClock(),
     hitFlushMs,
     keyUseFlushMs,
+    eventPruneEveryMs,
   }: {
     env?: Record<string, string>;
     store?: Store;
@@ -85,11 +86,21 @@ export async function startApp(
     hitFlushMs?: number;
     /** How long a key's use waits before it is written. */
     keyUseFlushMs?: number;
+    /** How often expired events are looked for (src/events/retention.ts). */
+    eventPruneEveryMs?: number;
   } = {},
 ): Promise<TestApp> {
   const store = given ?? (await defaultStore(t));
   const config = loadConfig({ ...env });
-  const app = await buildApp({ config, store, clock, logger: false, hitFlushMs, keyUseFlushMs });
+  const app = await buildApp({
+    config,
+    store,
+    clock,
+    logger: false,
+    hitFlushMs,
+    keyUseFlushMs,
+    eventPruneEveryMs,
+  });
   t.after(() => app.close());
   const { key } = await issueKey(store, 'test');
   const call = (options: InjectOptions) =>

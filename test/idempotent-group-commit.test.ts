@@ -4,7 +4,8 @@ import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import type { IdempotencyClaim, PetRecord, StoredResponse } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';
-import { childEnv, runCli, startServer } from './process.js';
+import { migrateDatabase, runKeys } from './in-process.js';
+import { childEnv, startServer } from './process.js';
 
 // The SQLite store writes creates with an Idempotency-Key in the same group commit as plain ones:
 // one IMMEDIATE transaction per turn of the event loop, each claim checked and stored in it, each
@@ -105,8 +106,8 @@ test('one key used twice in one turn creates once: the second finds the first cl
 
 test('an idempotent create answered 201 survives kill -9, and so does its stored response: the retry replays it', async (t) => {
   const env = childEnv(t);
-  assert.equal((await runCli(['migrate'], env)).code, 0);
-  const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'ci', '--json'], env)).stdout) as {
+  await migrateDatabase(env);
+  const { key } = JSON.parse((await runKeys(['create', '--name', 'ci', '--json'], env)).stdout) as {
     key: string;
   };
   const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };

@@ -12,7 +12,7 @@ const MINUTE = 60_000;
 
 /** The service on a fresh database of `kind`, store and app on one hand-moved clock. */
 async function appOn(t: TestContext, kind: StoreKind) {
-  const database = await kind.createDatabase(t);
+  const database = await kind.migratedDatabase(t);
   const clock = manualClock();
   const store = database.open({ clock });
   await store.migrate();
@@ -61,7 +61,7 @@ for (const kind of storeKinds) {
     `${kind.name}: the key memory over the store never answers an expired key, by its own clock`,
     { skip: kind.skip },
     async (t) => {
-      const database = await kind.createDatabase(t);
+      const database = await kind.migratedDatabase(t);
       let now = 1_700_000_000_000;
       const store = database.open();
       await store.migrate();

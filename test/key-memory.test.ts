@@ -11,7 +11,7 @@ import { storeKinds, type StoreKind } from './stores.js';
  * once, and a way to revoke that key around the store, as another instance or the keys command would.
  */
 async function storeWithKey(t: TestContext, kind: StoreKind, clock?: Clock) {
-  const database = await kind.createDatabase(t);
+  const database = await kind.migratedDatabase(t);
   const store = database.open();
   await store.migrate();
   const keys = keyMemory(store, { clock });

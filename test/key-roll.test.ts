@@ -21,7 +21,7 @@ for (const kind of storeKinds) {
     test(`${kind.name}: ${name}`, { skip: kind.skip }, fn);
 
   async function migrated(t: TestContext): Promise<Store> {
-    const store = (await kind.createDatabase(t)).open();
+    const store = (await kind.migratedDatabase(t)).open();
     await store.migrate();
     return store;
   }
@@ -76,7 +76,7 @@ for (const kind of storeKinds) {
   });
 
   it('ten rolls of one key at once on two instances: one wins, the others are told it was replaced', async (t) => {
-    const database = await kind.createDatabase(t);
+    const database = await kind.migratedDatabase(t);
     const stores = [database.open(), database.open()];
     await Promise.all(stores.map((store) => store.migrate()));
     const at = new Date();
@@ -102,7 +102,7 @@ for (const kind of storeKinds) {
   });
 
   it('a rolled key and its successor both work through the grace, and only the successor after', async (t) => {
-    const database = await kind.createDatabase(t);
+    const database = await kind.migratedDatabase(t);
     const clock = manualClock();
     const store = database.open({ clock });
     await store.migrate();

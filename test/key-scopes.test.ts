@@ -13,7 +13,7 @@ const challenge = (scope: Scope) => `Bearer realm="petstore", error="insufficien
 
 /** The service on a fresh database of `kind`, with a key for each of `scopes` besides the test's own. */
 async function appWithKeys(t: TestContext, kind: StoreKind) {
-  const database = await kind.createDatabase(t);
+  const database = await kind.migratedDatabase(t);
   const clock = manualClock();
   const store = database.open({ clock });
   await store.migrate();

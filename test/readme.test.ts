@@ -110,6 +110,48 @@ test('the repository stands alone: no page sends a reader to a file outside it',
   }
 });
 
+/** The repository's files under `dir` whose names end in one of `endings`, recursively. */
+function filesUnder(dir: string, endings: string[]): string[] {
+  return readdirSync(join(ROOT, dir), { recursive: true, encoding: 'utf8' })
+    .map((name) => `${dir}/${name}`)
+    .filter((path) => endings.some((ending) => path.endsWith(ending)) && statSync(join(ROOT, path)).isFile());
+}
+
+// What the code and the docs may cite: their own pages, and files of the repository.
+const code = [...filesUnder('src', ['.ts']), ...filesUnder('migrations', ['.sql']), ...filesUnder('test', ['.ts'])];
+const prose = [...pages, 'bench/README.md', 'CHANGELOG.md'];
+const PAGE_CITED = /(?<![\w/.-])docs\/([\w-]+\.md)(?:#([\w-]+))?/g;
+const PATH_NAMED = /(?<![\w/.@-])((?:src|test|docs|bench|deploy|migrations|clients|\.ci)\/[\w./-]*\w)/g;
+
+test('every docs/ page and #section the code and docs cite exists, and none cites a document outside the repository', () => {
+  const outside = ['CONTRACT', 'md'].join('.');
+  let cited = 0;
+  for (const path of [...code, ...prose]) {
+    const text = read(path);
+    if (path !== 'test/readme.test.ts')
+      assert.ok(!text.includes(outside), `${path} cites ${outside}, which is not in the repository`);
+    for (const [, page, anchor] of text.matchAll(PAGE_CITED)) {
+      if (path === 'test/readme.test.ts') continue;
+      assert.ok(existsSync(join(ROOT, 'docs', page!)), `${path} cites docs/${page}, which does not exist`);
+      if (anchor !== undefined)
+        assert.ok(anchorsOf(`docs/${page}`).has(anchor), `${path}: docs/${page} has no heading #${anchor}`);
+      cited++;
+    }
+  }
+  assert.ok(cited > 40, `${cited} citations checked`);
+});
+
+test('every file or folder the code and docs name by its path exists', () => {
+  let named = 0;
+  for (const path of [...filesUnder('src', ['.ts']), ...filesUnder('migrations', ['.sql']), ...prose]) {
+    for (const [, target] of read(path).matchAll(PATH_NAMED)) {
+      assert.ok(existsSync(join(ROOT, target!)), `${path} names ${target}, which does not exist`);
+      named++;
+    }
+  }
+  assert.ok(named > 50, `${named} paths checked`);
+});
+
 test('every command line in the docs that starts the service gives node the flags npm start gives it', () => {
   const { scripts } = JSON.parse(read('package.json')) as { scripts: { start: string } };
   // None today: the flags, if any, sit between `exec node` and the file.

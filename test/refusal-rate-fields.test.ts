@@ -7,7 +7,7 @@ import { issueKey } from '../src/keys/issue.js';
 import { assertError, startApp, tempSqliteStore } from './helpers.js';
 import { exchange, parseResponse } from './raw.js';
 
-// CONTRACT.md Limits: answers given before a valid key was read carry the "refused-keys" fields
+// docs/api.md#rate-limits: answers given before a valid key was read carry the "refused-keys" fields
 // of the client address; a refused key counts against it, a request without credentials does not.
 const REFUSED_POLICY = '"refused-keys";q=60;w=60';
 const BAD_KEY = { authorization: `Bearer psk_${'A'.repeat(43)}` };

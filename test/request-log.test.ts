@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { connect, type AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { test, type TestContext } from 'node:test';
 import { buildApp } from '../src/app.js';
@@ -6,7 +7,8 @@ import { loadConfig } from '../src/config.js';
 import { issueKey } from '../src/keys/issue.js';
 import type { Store } from '../src/store/store.js';
 import { startApp, tempSqliteStore } from './helpers.js';
-import { childEnv, runCli, startServer } from './process.js';
+import { migrateDatabase, runKeys } from './in-process.js';
+import { childEnv, startServer } from './process.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
@@ -162,8 +164,8 @@ test('LOG_LEVEL=warn leaves request lines out', async (t) => {
 test('petstore serve writes the request line on standard output', async (t) => {
   const env = childEnv(t);
   // keys create refuses a database that does not exist: migrate makes it, as serve would.
-  assert.equal((await runCli(['migrate'], env)).code, 0);
-  const created = await runCli(['keys', 'create', '--name', 'logs', '--json'], env);
+  await migrateDatabase(env);
+  const created = await runKeys(['create', '--name', 'logs', '--json'], env);
   assert.equal(created.code, 0, created.stderr);
   const { key } = JSON.parse(created.stdout) as { key: string };
   const server = await startServer(t, env);
@@ -184,8 +186,8 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   test(`petstore serve writes every request line still waiting when ${signal} ends it`, async (t) => {
     // 200 requests at once from one address: more connections than one address may hold by default.
     const env = { ...childEnv(t), PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' };
-    assert.equal((await runCli(['migrate'], env)).code, 0);
-    const created = await runCli(['keys', 'create', '--name', 'logs', '--json'], env);
+    await migrateDatabase(env);
+    const created = await runKeys(['create', '--name', 'logs', '--json'], env);
     const { key } = JSON.parse(created.stdout) as { key: string };
     const server = await startServer(t, env);
     const REQUESTS = 200;
@@ -260,4 +262,62 @@ test('a list page answered from the cache is logged with the same fields as any 
     assert.equal(typeof line.durationMs, 'number');
   }
   assert.ok(!lines().some((line) => JSON.stringify(line).includes(key)), 'a line names the key');
+});
+
+test('a request whose client goes away before its answer is logged once as aborted and leaves the in-flight count', async (t) => {
+  const { store: real } = await tempSqliteStore(t);
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const reached: string[] = [];
+  const store: Store = {
+    ...real,
+    listPets: async (query) => (reached.push('list'), await held, real.listPets(query)),
+    createPet: async (pet) => (reached.push('create'), await held, real.createPet(pet)),
+  };
+  const { app, key, lines } = await loggedApp(t, { store });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const { port } = app.server.address() as AddressInfo;
+  const body = '{"name":"Rex","categoryId":7}';
+  const requests = {
+    'gone-list': `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: gone-list\r\n\r\n`,
+    // Its whole body read before the client leaves: only the answer is missing.
+    'gone-create':
+      `POST /v1/pets HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: gone-create\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+  };
+  const sockets = Object.values(requests).map((request) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.write(request);
+    return socket;
+  });
+  const deadline = Date.now() + 10_000;
+  const until = async (done: () => boolean, what: string) => {
+    while (!done()) {
+      assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  };
+  await until(() => reached.length === 2, 'both requests to reach the store');
+  // A reset: a client that only half-closes still gets its answer (methods.ts).
+  for (const socket of sockets) socket.resetAndDestroy();
+  const linesOf = (id: string) => lines().filter((line) => line.reqId === id);
+  await until(() => Object.keys(requests).every((id) => linesOf(id).length > 0), 'the aborted lines');
+  release();
+  // Their handlers end after the clients left: their answers go nowhere and are not logged.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const expected = { 'gone-list': ['listPets', 'GET'], 'gone-create': ['createPet', 'POST'] };
+  for (const [id, [operation, method]] of Object.entries(expected)) {
+    const mine = linesOf(id);
+    assert.equal(mine.length, 1, JSON.stringify(mine));
+    assert.equal(mine[0]!.msg, 'request aborted by client');
+    assert.equal(mine[0]!.operation, operation);
+    assert.equal(mine[0]!.method, method);
+    assert.equal(mine[0]!.path, '/v1/pets');
+  }
+  const scrape = await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${key}` } });
+  assert.equal(scrape.statusCode, 200);
+  // The scrape itself is the one request in flight.
+  assert.match(scrape.body, /^petstore_http_requests_in_flight 1$/m);
+  assert.doesNotMatch(scrape.body, /petstore_http_requests_total\{[^}]*operation="(listPets|createPet)"/);
 });

@@ -7,9 +7,10 @@ import Database from 'better-sqlite3';
 import { retrying } from '../src/store/group-commit.js';
 import { StoreUnavailableError } from '../src/store/store.js';
 import { tempSqliteStore } from './helpers.js';
-import { childEnv, runCli, startServer } from './process.js';
+import { migrateDatabase, runKeys } from './in-process.js';
+import { childEnv, startServer } from './process.js';
 
-// CONTRACT.md, Limits: a lock another process holds on the SQLite file never stops the service
+// docs/api.md#limits: a lock another process holds on the SQLite file never stops the service
 // answering; `/healthz` keeps answering promptly and a request that cannot get the lock gets 503
 // within PETSTORE_DB_TIMEOUT_MS, not a multiple of it. The service runs as deployed (dist); this
 // test process holds the lock through its own connection to the file and probes `/healthz`,
@@ -112,8 +113,8 @@ async function serviceOnFile(t: TestContext, kind: Kind) {
     PETSTORE_RATE_LIMIT: 'off',
     PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off',
   });
-  assert.equal((await runCli(['migrate'], env)).code, 0);
-  const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'lock', '--json'], env)).stdout) as {
+  await migrateDatabase(env);
+  const { key } = JSON.parse((await runKeys(['create', '--name', 'lock', '--json'], env)).stdout) as {
     key: string;
   };
   const server = await startServer(t, env);

@@ -32,6 +32,18 @@ function newKey(name = 'test', createdAt = new Date('2026-11-22T10:00:00.123Z'))
   return { name, hint: 'psk_abcd', hash: randomBytes(32), createdAt };
 }
 
+/**
+ * What `list` answers once it holds at least `count` items, or after 10 s: on PostgreSQL an event
+ * is listed once every older transaction on the server has ended (docs/events.md#ordering), and
+ * other clients of the test server may hold one open for a moment.
+ */
+async function eventually<T>(list: () => Promise<T[]>, count: number): Promise<T[]> {
+  for (const deadline = Date.now() + 10_000; ; await new Promise((resolve) => setTimeout(resolve, 20))) {
+    const items = await list();
+    if (items.length >= count || Date.now() > deadline) return items;
+  }
+}
+
 for (const kind of storeKinds) {
   describe(`the Store contract on ${kind.name}`, () => {
     // Skipped test by test, so the run's summary counts them.
@@ -46,6 +58,7 @@ for (const kind of storeKinds) {
       '003_key_scopes_and_expiry',
       '004_pet_counts',
       '005_key_deprecated_use',
+      '006_events',
     ];
 
     it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {
@@ -411,6 +424,72 @@ for (const kind of storeKinds) {
         new Map([['key:1', 1]]),
         'a new window starts from 0',
       );
+    });
+
+    it('every create writes one event with the animal as JSON; listEvents pages by position', async (t) => {
+      const database = await kind.createDatabase(t);
+      const clock = manualClock(T0);
+      const store = database.open({ clock });
+      await store.migrate();
+      await store.createKey(newKey());
+      const plain = await store.createPet({ name: 'A "quoted" name', categoryId: INT64_MAX, status: 'sold' });
+      const once = await store.createPetOnce(
+        { name: 'B', categoryId: INT64_MIN, status: 'pending' },
+        claim('k'),
+        respond,
+      );
+      assert.equal(once.kind, 'created');
+      assert.equal(
+        (await store.createPetOnce({ name: 'B', categoryId: 1n, status: 'pending' }, claim('k'), respond)).kind,
+        'replayed',
+      );
+      const events = await eventually(() => store.listEvents({ limit: 10 }), 2);
+      assert.equal(events.length, 2);
+      assert.deepEqual(
+        events[0]!.data,
+        `{"id":${plain.id},"name":"A \\"quoted\\" name","categoryId":${INT64_MAX},"status":"sold"}`,
+      );
+      assert.match(
+        events[1]!.data,
+        new RegExp(`^\\{"id":\\d+,"name":"B","categoryId":${INT64_MIN},"status":"pending"\\}$`),
+      );
+      for (const event of events) {
+        assert.equal(event.type, 'pet.created');
+        assert.equal(event.createdAt.getTime(), T0);
+      }
+      const [first, second] = events.map((event) => event.position);
+      assert.ok(first!.tx < second!.tx || (first!.tx === second!.tx && first!.seq < second!.seq));
+      assert.deepEqual(
+        (await store.listEvents({ after: first, limit: 10 })).map((event) => event.position),
+        [second],
+      );
+      assert.deepEqual(await store.listEvents({ after: second, limit: 10 }), []);
+      assert.deepEqual(
+        (await store.listEvents({ limit: 1 })).map((event) => event.position),
+        [first],
+      );
+    });
+
+    it('pruneEvents deletes at most limit events, oldest first, only those created before the instant', async (t) => {
+      const database = await kind.createDatabase(t);
+      const clock = manualClock(T0);
+      const store = database.open({ clock });
+      await store.migrate();
+      for (let i = 0; i < 5; i++) await store.createPet({ name: `Old ${i}`, categoryId: 1n, status: 'sold' });
+      clock.set(T0 + DAY);
+      await store.createPet({ name: 'New', categoryId: 1n, status: 'sold' });
+      assert.equal((await eventually(() => store.listEvents({ limit: 10 }), 6)).length, 6);
+      assert.equal(await store.pruneEvents(new Date(T0 + 1), 2), 2);
+      assert.equal((await store.listEvents({ limit: 10 })).length, 4);
+      assert.equal(await store.pruneEvents(new Date(T0 + 1), 100), 3);
+      assert.equal(await store.pruneEvents(new Date(T0 + 1), 100), 0);
+      const left = await store.listEvents({ limit: 10 });
+      assert.deepEqual(
+        left.map((event) => JSON.parse(event.data).name),
+        ['New'],
+      );
+      // The animals stay: only their announcements expire.
+      assert.equal((await store.listPets({ limit: 10 })).length, 6);
     });
   });
 }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { TestContext } from 'node:test';
+import { after, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { openPostgresStore, type PostgresOptions } from '../src/store/postgres.js';
@@ -10,8 +10,13 @@ import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Clock } from '../src/clock.js';
 import type { Store } from '../src/store/store.js';
 
-/** One empty database, removed with every store opened on it after the test. */
+/**
+ * A database for one test. After the test, every store opened on it is closed, then the
+ * database is removed (or, migrated and left unchanged in shape, emptied for the next test).
+ */
 export interface TestDatabase {
+  /** The SQLite file; undefined on PostgreSQL. */
+  path?: string;
   /** A new store on this database, not yet migrated; closed after the test. */
   open(options?: StoreOptions): Store;
   /** Runs SQL straight on the database, around the store (e.g. to delete a row). */
@@ -29,8 +34,13 @@ export interface StoreKind {
   name: 'SQLite' | 'PostgreSQL';
   /** Why the tests on this store are skipped; false when they run. */
   skip: string | false;
-  /** A fresh, empty database of this kind for the test. */
+  /** A fresh, empty database of this kind for the test, not migrated. */
   createDatabase(t: TestContext): Promise<TestDatabase>;
+  /**
+   * A migrated database of this kind with no rows, for a test that needs nothing else of it
+   * (PostgreSQL: a schema another test of the file may have used, emptied since).
+   */
+  migratedDatabase(t: TestContext): Promise<TestDatabase>;
 }
 
 export const POSTGRES_URL = process.env.PETSTORE_TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
@@ -86,7 +96,8 @@ function afterTest(t: TestContext, step: () => unknown): void {
 }
 
 async function adminQuery(url: string, sql: string): Promise<pg.QueryResult> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000, query_timeout: 10_000 });
+  // A bound on a hang, not on a busy machine: seeding a million rows may take many seconds.
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000, query_timeout: 60_000 });
   client.on('error', () => {});
   await client.connect();
   try {
@@ -127,9 +138,158 @@ function closedAfter(t: TestContext, open: (options?: StoreOptions) => Store): (
   };
 }
 
-/** A store on a fresh PostgreSQL schema, migrated, closed and dropped after the test. */
+/** One connection of this process for the schemas below, opened when first needed. */
+let admin: Promise<pg.Client> | undefined;
+
+async function adminPool(sql: string): Promise<pg.QueryResult | pg.QueryResult[]> {
+  admin ??= (async () => {
+    const client = new pg.Client({
+      connectionString: POSTGRES_URL,
+      connectionTimeoutMillis: 3000,
+      query_timeout: 60_000,
+    });
+    client.on('error', () => void (admin = undefined));
+    await client.connect();
+    return client;
+  })();
+  return (await admin).query(sql) as Promise<pg.QueryResult | pg.QueryResult[]>;
+}
+
+interface MigratedSchema {
+  schema: string;
+  url: string;
+  /** What migrating it left: shapeSql's answer. */
+  shape: string;
+  /** Deletes every row, children before parents, and restarts every sequence. */
+  emptying: string;
+}
+
+/**
+ * Migrated schemas this process made, free for the next test. Creating and migrating a schema
+ * costs a dozen DDL statements; a test that only needs a migrated, empty database gets one of
+ * these instead, emptied after the test that held it (the rows deleted and the sequences
+ * restarted, as RESTART IDENTITY would). All are dropped once the file's tests are done.
+ */
+const migratedSchemas: MigratedSchema[] = [];
+const madeHere = new Set<string>();
+
+/**
+ * The schema's shape: every table, column, default, constraint, index, trigger and function,
+ * and the migrations it records. A test that changed any of it (a trigger added, a migration
+ * row written) leaves a schema that is dropped, not handed to the next test.
+ */
+function shapeSql(schema: string): string {
+  const here = `'${schema}'::regnamespace`;
+  return `SELECT md5(string_agg(item, E'\n' ORDER BY item)) AS shape FROM (
+      SELECT format('class %s %s %s %s', relname, relkind, relpersistence, reloptions)
+        FROM pg_class WHERE relnamespace = ${here}
+      UNION ALL SELECT format('column %s.%s %s %s %s', c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
+          a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
+        FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE c.relnamespace = ${here} AND a.attnum > 0 AND NOT a.attisdropped
+      UNION ALL SELECT format('constraint %s %s', conname, pg_get_constraintdef(oid))
+        FROM pg_constraint WHERE connamespace = ${here}
+      UNION ALL SELECT format('index %s', pg_get_indexdef(i.indexrelid))
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relnamespace = ${here}
+      UNION ALL SELECT format('trigger %s', pg_get_triggerdef(t.oid))
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = ${here}
+      UNION ALL SELECT format('function %s', oid::regprocedure) FROM pg_proc WHERE pronamespace = ${here}
+      UNION ALL SELECT format('type %s', typname) FROM pg_type WHERE typnamespace = ${here}
+      UNION ALL SELECT format('migration %s %s', version, name) FROM ${schema}.schema_migrations
+    ) AS shape (item)`;
+}
+
+/** The statements that empty `schema` as a fresh migration leaves it, from its catalogue. */
+async function emptyingOf(schema: string): Promise<string> {
+  const tables = (await adminPool(
+    `SELECT c.relname AS name, array_remove(array_agg(DISTINCT p.relname), NULL) AS parents
+      FROM pg_class c
+      LEFT JOIN pg_constraint f ON f.conrelid = c.oid AND f.contype = 'f' AND f.confrelid <> c.oid
+      LEFT JOIN pg_class p ON p.oid = f.confrelid
+      WHERE c.relnamespace = '${schema}'::regnamespace AND c.relkind = 'r' AND c.relname <> 'schema_migrations'
+      GROUP BY c.relname`,
+  )) as pg.QueryResult<{ name: string; parents: string[] }>;
+  const sequences = (await adminPool(
+    `SELECT sequencename AS name FROM pg_sequences WHERE schemaname = '${schema}'`,
+  )) as pg.QueryResult<{ name: string }>;
+  // Children first: a table is emptied once every table that references it is.
+  const order: string[] = [];
+  const left = new Map(tables.rows.map((row) => [row.name, row.parents]));
+  while (left.size > 0) {
+    const child = [...left.keys()].find((name) => ![...left.values()].some((parents) => parents.includes(name)));
+    if (child === undefined) throw new Error(`tables of ${schema} reference each other in a cycle`);
+    order.push(child);
+    left.delete(child);
+  }
+  return [
+    ...order.map((name) => `DELETE FROM ${schema}.${name};`),
+    ...sequences.rows.map(({ name }) => `ALTER SEQUENCE ${schema}.${name} RESTART;`),
+  ].join(' ');
+}
+
+const dropSchema = (schema: string) => adminPool(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+
+/**
+ * The URL of a migrated, empty schema for the test: one a test of this file used before and
+ * left as migrated (emptied after it), else a new one, migrated here. After the test it is
+ * emptied and kept for the next, or dropped when the test changed its shape.
+ */
+async function migratedPostgresSchema(t: TestContext): Promise<string> {
+  let held = migratedSchemas.pop();
+  if (!held) {
+    if (postgresFailure !== undefined) {
+      throw new Error(`PostgreSQL not reachable at ${shown(POSTGRES_URL)} (${postgresFailure}) and CI=true`);
+    }
+    const schema = `petstore_test_${randomBytes(6).toString('hex')}`;
+    await adminPool(`CREATE SCHEMA ${schema}`);
+    madeHere.add(schema);
+    const url = new URL(POSTGRES_URL);
+    url.searchParams.set('options', `-c search_path=${schema}`);
+    const store = openPostgresStore(url.href, { poolSize: 1 });
+    try {
+      await store.migrate();
+    } finally {
+      await store.close();
+    }
+    const { rows } = (await adminPool(shapeSql(schema))) as pg.QueryResult<{ shape: string }>;
+    held = { schema, url: url.href, shape: rows[0]!.shape, emptying: await emptyingOf(schema) };
+  }
+  const taken = held;
+  afterTest(t, async () => {
+    try {
+      // One round trip: emptied in a transaction, then the shape read.
+      const results = (await adminPool(
+        `BEGIN; SET LOCAL lock_timeout = '5s'; ${taken.emptying} COMMIT; ${shapeSql(taken.schema)}`,
+      )) as pg.QueryResult<{ shape: string }>[];
+      if (results.at(-1)!.rows[0]!.shape === taken.shape) {
+        migratedSchemas.push(taken);
+        return;
+      }
+    } catch {
+      await adminPool('ROLLBACK').catch(() => {});
+    }
+    // Whatever the test changed, or left that cannot be emptied, goes with the schema.
+    madeHere.delete(taken.schema);
+    await dropSchema(taken.schema);
+  });
+  return taken.url;
+}
+
+// Registered where this module is first loaded: at the top of a test file, or in the suite
+// that imports the files (postgres-suite.test.ts); either way it runs after the file's tests.
+after(async () => {
+  for (const schema of madeHere) await dropSchema(schema).catch(() => {});
+  madeHere.clear();
+  migratedSchemas.length = 0;
+  const client = admin;
+  admin = undefined;
+  await (await client?.catch(() => undefined))?.end();
+});
+
+/** A store on a migrated, empty PostgreSQL schema, closed after the test (migratedPostgresSchema). */
 export async function freshPostgresStore(t: TestContext, options: PostgresOptions = {}): Promise<Store> {
-  const url = await createPostgresSchema(t);
+  const url = await migratedPostgresSchema(t);
   const store = closedAfter(t, () => openPostgresStore(url, options))();
   await store.migrate();
   return store;
@@ -144,6 +304,7 @@ const sqlite: StoreKind = {
     afterTest(t, () => rmSync(dir, { recursive: true, force: true }));
     const open = closedAfter(t, () => openSqliteStore(path));
     return {
+      path,
       open,
       async execute(sql) {
         const db = new Database(path);
@@ -171,38 +332,55 @@ const sqlite: StoreKind = {
       },
     };
   },
+  async migratedDatabase(t) {
+    // A new SQLite file costs less than emptying one.
+    const database = await this.createDatabase(t);
+    const store = openSqliteStore(database.path!);
+    try {
+      await store.migrate();
+    } finally {
+      await store.close();
+    }
+    return database;
+  },
 };
 
 const postgres: StoreKind = {
   name: 'PostgreSQL',
   skip: postgresSkip,
   async createDatabase(t) {
-    const url = await createPostgresSchema(t);
-    const open = closedAfter(t, (options) => openPostgresStore(url, { poolSize: 10, timeoutMs: 5000, ...options }));
-    return {
-      open,
-      execute: async (sql) => void (await adminQuery(url, sql)),
-      scalar: async (sql) => Number(Object.values((await adminQuery(url, sql)).rows[0] as object)[0]),
-      async blockWrites(table) {
-        const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
-        client.on('error', () => {});
-        await client.connect();
-        await client.query('BEGIN');
-        await client.query(`LOCK TABLE ${table} IN EXCLUSIVE MODE`);
-        const release = async () => {
-          await client.query('ROLLBACK');
-          await client.end();
-        };
-        afterTest(t, () => client.end().catch(() => {}));
-        return release;
-      },
-    };
+    return postgresDatabase(t, await createPostgresSchema(t));
+  },
+  async migratedDatabase(t) {
+    return postgresDatabase(t, await migratedPostgresSchema(t));
   },
 };
 
-/** A fresh database of `kind` and a store on it, migrated; both gone after the test. */
+function postgresDatabase(t: TestContext, url: string): TestDatabase {
+  const open = closedAfter(t, (options) => openPostgresStore(url, { poolSize: 10, timeoutMs: 5000, ...options }));
+  return {
+    open,
+    execute: async (sql) => void (await adminQuery(url, sql)),
+    scalar: async (sql) => Number(Object.values((await adminQuery(url, sql)).rows[0] as object)[0]),
+    async blockWrites(table) {
+      const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
+      client.on('error', () => {});
+      await client.connect();
+      await client.query('BEGIN');
+      await client.query(`LOCK TABLE ${table} IN EXCLUSIVE MODE`);
+      const release = async () => {
+        await client.query('ROLLBACK');
+        await client.end();
+      };
+      afterTest(t, () => client.end().catch(() => {}));
+      return release;
+    },
+  };
+}
+
+/** A migrated, empty database of `kind` and a store on it; the store closed after the test. */
 export async function migratedStore(kind: StoreKind, t: TestContext): Promise<[Store, TestDatabase]> {
-  const database = await kind.createDatabase(t);
+  const database = await kind.migratedDatabase(t);
   const store = database.open();
   await store.migrate();
   return [store, database];

@@ -6,7 +6,7 @@ import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@open
 import { InstrumentedStore } from '../src/store/instrumented.js';
 import { storeFailingLists, tempSqliteStore } from './helpers.js';
 
-// CONTRACT.md "Operations", Tracing: a request's database work is child spans of it. The SDK is
+// docs/operations.md#tracing: a request's database work is child spans of it. The SDK is
 // registered in this test file's own process, as src/tracing.ts registers it in the service's.
 const exporter = new InMemorySpanExporter();
 trace.setGlobalTracerProvider(new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] }));
@@ -43,7 +43,9 @@ test('a failed Store call ends its span as an error, with the error class and no
   const store = new InstrumentedStore(plain, () => {}, 'postgresql');
   failing.on = true;
   const request = requests.startSpan('GET /v1/pets');
-  await assert.rejects(context.with(trace.setSpan(context.active(), request), () => store.listPets({ limit: 5 })));
+  await assert.rejects(
+    context.with(trace.setSpan(context.active(), request), async () => store.listPets({ limit: 5 })),
+  );
   request.end();
   const [span] = exporter.getFinishedSpans().filter((finished) => finished.name === 'store.listPets');
   assert.ok(span);

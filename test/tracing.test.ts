@@ -4,18 +4,19 @@ import { test, type TestContext } from 'node:test';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { tracingWanted } from '../src/tracing.js';
 import { callerTrace, descendsFrom, startReceiver, startSilentCollector, type ReceivedSpan } from './otlp.js';
-import { childEnv, runCli, startServer, type Server } from './process.js';
+import { migrateDatabase, runKeys } from './in-process.js';
+import { childEnv, startServer, type Server } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
 
-// CONTRACT.md "Operations", Tracing.
+// docs/operations.md#tracing.
 
 const SERVER = 2; // OTLP SpanKind: SPAN_KIND_SERVER
 
 /** Migrates a new database and issues a key, then starts `petstore serve` with `extra` in its environment. */
 async function serveWithKey(t: TestContext, extra: Record<string, string>, base = childEnv(t)) {
   const env = { ...base, ...extra };
-  assert.equal((await runCli(['migrate'], env)).code, 0);
-  const created = await runCli(['keys', 'create', '--name', 'tracing', '--json'], env);
+  await migrateDatabase(env);
+  const created = await runKeys(['create', '--name', 'tracing', '--json'], env);
   const { key } = JSON.parse(created.stdout) as { key: string };
   return { key, server: await startServer(t, env) };
 }

@@ -1,5 +1,5 @@
 -- GENERATED ALWAYS AS IDENTITY: ids come from a sequence, so they are never reused, even after
--- the newest row is gone, and a client can never choose one (CONTRACT.md).
+-- the newest row is gone, and a client can never choose one (docs/api.md#ids-and-int64).
 CREATE TABLE pets (
   id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   name TEXT NOT NULL,

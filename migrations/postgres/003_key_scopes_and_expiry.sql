@@ -1,4 +1,4 @@
--- Scopes, expiry, rotation and last use of API keys (CONTRACT.md "Authentication and keys").
+-- Scopes, expiry, rotation and last use of API keys (docs/keys.md).
 -- scopes: space-separated, as OAuth writes them (RFC 6749 section 3.3); keys issued before
 -- scopes existed keep all three. replaced_by: the successor `keys roll` issued; set once, by a
 -- conditional UPDATE, so a key never has two live successors.

@@ -1,4 +1,4 @@
--- AUTOINCREMENT: ids are never reused, even after the newest row is gone (CONTRACT.md).
+-- AUTOINCREMENT: ids are never reused, even after the newest row is gone (docs/api.md#ids-and-int64).
 CREATE TABLE pets (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   name TEXT NOT NULL,

@@ -1,4 +1,4 @@
--- Idempotency-Key on createPet (CONTRACT.md): the first answer, per API key and key, replayed
+-- Idempotency-Key on createPet (docs/api.md#safe-retries-idempotency-key): the first answer, per API key and key, replayed
 -- to retries until expires_at (unix ms). Expired rows are deleted a few at a time by later creates.
 CREATE TABLE idempotency_keys (
   api_key_id INTEGER NOT NULL REFERENCES api_keys (id),

@@ -1,6 +1,7 @@
 import { describeSettings } from '../config.js';
 import { databaseHelp } from './database.js';
 import { keysHelp } from './keys.js';
+import { webhooksHelp } from './webhooks.js';
 
 const usage = `Usage: petstore <command> [options]
        (npx petstore <command> in the installation folder)
@@ -9,12 +10,21 @@ Commands:
   serve                          Migrate the database (creating it when missing) and serve the API.
   migrate                        Create the database when missing, apply its migrations and exit.
   keys create --name <name>      Issue an API key; the key is printed once, on standard output.
-         [--scope <scope>]...    pets:read, pets:write, metrics:read; all three by default.
+         [--scope <scope>]...    pets:read, pets:write, metrics:read (the default), events:read.
          [--expires-in <90d>]    Or --expires-at <RFC 3339 instant>; by default it never expires.
          [--json]                Print {"id","name","key","scopes","createdAt","expiresAt"} as one JSON line.
   keys list [--json]             List keys (id, name, scopes, created, expires, state, last used); never a secret.
   keys revoke <id>               Revoke a key; every instance refuses it within one second.
   keys roll <id> [--grace 24h]   Issue a successor; the old key works until the grace ends.
+  webhooks add <url>             Add a webhook endpoint; its signing secret is printed once.
+         [--description <text>] [--json]
+  webhooks list [--json]         List endpoints (state, last success and failure, events waiting).
+  webhooks remove <id>           Remove an endpoint.
+  webhooks enable <id>           Enable an endpoint disabled after failing for the give-up period.
+  webhooks roll <id> [--grace 24h]
+                                 Issue a new signing secret; the old one also signs until the grace ends.
+  webhooks deliveries <id> [--json]
+                                 An endpoint's recent attempts (event, attempt, when, status or error).
   migrate status [--json]        List migrations: applied (with when), pending, or unknown to this version.
   backup <file> [--force]        Write a consistent copy of the SQLite database, even while it serves.
   restore <file>                 Check a copy and put it in place of the SQLite database (service stopped).
@@ -40,6 +50,7 @@ Settings (environment variables):
 ${describeSettings()}
 `,
   ...keysHelp,
+  ...webhooksHelp,
   ...databaseHelp,
 };
 

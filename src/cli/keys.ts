@@ -42,7 +42,9 @@ Options:
   --name <name>            What the key is for, shown by keys list: 1 to 255 characters, kept
                            as given, not only white space, no control character.
   --scope <scope>          What it may do, repeatable: pets:read (listPets, getPet), pets:write
-                           (createPet), metrics:read (GET /metrics). Default: all three.
+                           (createPet), metrics:read (GET /metrics), events:read (listEvents).
+                           Default: pets:read, pets:write and metrics:read; events:read only
+                           when asked for.
   --expires-in <duration>  Refused from that long after now: a positive whole number and a unit,
                            s, m, h or d (90d, 12h). Default: never.
   --expires-at <instant>   Refused from that RFC 3339 instant on (2027-03-01T00:00:00Z).
@@ -244,7 +246,7 @@ const jsonLine = (value: unknown) =>
   JSON.stringify(value).replace(TERMINAL_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 const iso = (date: Date | null) => date?.toISOString() ?? null;
-// CONTRACT.md: last use to the minute.
+// docs/keys.md#listing-keys: last use to the minute.
 const toMinute = (date: Date) => new Date(date.getTime() - (date.getTime() % 60_000)).toISOString();
 const shownMinute = (date: Date | null) => (date ? toMinute(date).slice(0, 16) + 'Z' : '-');
 

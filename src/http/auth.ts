@@ -13,6 +13,12 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The id of the API key that authenticated this request. */
     apiKeyId?: number;
+    /**
+     * The service clock's reading (unix ms) this request is judged at, read once by its key
+     * check: the key's expiry, the rate-limit window, the key's last use, and after it getPet's
+     * sunset and an idempotent create's expiry all use it.
+     */
+    now: number;
   }
 }
 
@@ -68,8 +74,15 @@ export interface Gate {
    * many gets 429 instead of 401; a valid key is never refused for what its address sent. A
    * valid key is counted before its scope is checked: its 403 carries its RateLimit fields, and
    * past its limit it gets 429 whatever the scope. `address` is asked only for a 401 or 429.
+   * `now` is the request's reading of the service's clock.
    */
-  admit(address: () => string, authorization: string | undefined, connection: object, scope: Scope): Promise<Admission>;
+  admit(
+    address: () => string,
+    authorization: string | undefined,
+    connection: object,
+    scope: Scope,
+    now: number,
+  ): Promise<Admission>;
   /**
    * What `admit` would answer, at once, when the key memory holds the key (keys/memory.ts)
    * or no credentials were sent: the admission, or the 401, 403 or 429 thrown. Undefined when
@@ -80,6 +93,7 @@ export interface Gate {
     authorization: string | undefined,
     connection: object,
     scope: Scope,
+    now: number,
   ): Admission | undefined;
 }
 
@@ -97,7 +111,7 @@ interface Credentials {
   hash: Buffer;
 }
 
-export function createGate(keys: KeyMemory, limits: RateLimits, clock: Clock = systemClock): Gate {
+export function createGate(keys: KeyMemory, limits: RateLimits): Gate {
   // The last credentials each connection sent: a client sends the same header on every request
   // of a connection, so it is read and hashed once. The header is compared in constant time, as
   // a key would be.
@@ -110,7 +124,7 @@ export function createGate(keys: KeyMemory, limits: RateLimits, clock: Clock = s
       token = readToken(authorization);
     } catch (refusal) {
       // No usable credentials: not counted as a refused key, but the 401 shows the address's
-      // budget of them (CONTRACT.md Limits).
+      // budget of them (docs/api.md#limits).
       throw withFields(refusal as ApiError, limits.peekRefused(address()));
     }
     const credentials = { authorization: authorization!, token, hash: hashKey(token) };
@@ -120,20 +134,20 @@ export function createGate(keys: KeyMemory, limits: RateLimits, clock: Clock = s
 
   // Counted, then the scope checked: a 403 is an answer to the key like any other, with its
   // RateLimit fields, and a key past its limit gets 429 whatever it asks.
-  const admitKey = (key: ActiveKey, scope: Scope, now = clock.now()): Admission => {
+  const admitKey = (key: ActiveKey, scope: Scope, now: number): Admission => {
     const rateFields = limits.admitKey(key.id, now);
     if (!key.scopes.includes(scope)) throw withFields(forbidden[scope], rateFields);
     keys.noteKeyUse(key.id, now);
     return { apiKeyId: key.id, rateFields };
   };
 
-  // By the service's clock: from that instant on, on every instance (CONTRACT.md expiry).
+  // By the service's clock: from that instant on, on every instance (docs/keys.md#expiry).
   const expired = (key: ActiveKey, now: number) => key.expiresAt !== null && key.expiresAt <= now;
 
-  async function lookUp(address: () => string, token: string, hash: Buffer): Promise<ActiveKey> {
+  async function lookUp(address: () => string, token: string, hash: Buffer, now: number): Promise<ActiveKey> {
     const found = B64TOKEN.test(token) ? await keys.findActiveKey(hash) : undefined;
     const key = found && sameHash(found.hash, hash) ? found : undefined;
-    if (!key || expired(key, clock.now())) {
+    if (!key || expired(key, now)) {
       // Counted against the address: past its limit this throws the 429 instead.
       const fields = limits.noteRefusedKey(address());
       throw withFields(key ? expiredKey(key) : refuse('The API key is not valid or has been revoked.', true), fields);
@@ -147,14 +161,14 @@ export function createGate(keys: KeyMemory, limits: RateLimits, clock: Clock = s
   };
 
   return {
-    async admit(address, authorization, connection, scope) {
+    async admit(address, authorization, connection, scope, now) {
       const { token, hash } = credentialsOf(address, authorization, connection);
-      const key = remembered(hash, clock.now()) ?? (await lookUp(address, token, hash));
-      return admitKey(key, scope);
+      const key = remembered(hash, now) ?? (await lookUp(address, token, hash, now));
+      return admitKey(key, scope, now);
     },
-    admitRemembered(address, authorization, connection, scope) {
-      const key = remembered(credentialsOf(address, authorization, connection).hash, clock.now());
-      return key && admitKey(key, scope);
+    admitRemembered(address, authorization, connection, scope, now) {
+      const key = remembered(credentialsOf(address, authorization, connection).hash, now);
+      return key && admitKey(key, scope, now);
     },
   };
 }
@@ -166,10 +180,10 @@ export function createGate(keys: KeyMemory, limits: RateLimits, clock: Clock = s
  * else is wrong with it.
  *
  * @example
- * const needs = authenticate(gate);
+ * const needs = authenticate(gate, clock);
  * app.get('/v1/pets', { onRequest: needs('pets:read') }, listPets);
  */
-export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler {
+export function authenticate(gate: Gate, clock: Clock = systemClock): (scope: Scope) => onRequestHookHandler {
   const admitted = (request: FastifyRequest, reply: FastifyReply, { apiKeyId, rateFields }: Admission) => {
     request.apiKeyId = apiKeyId;
     if (rateFields) reply.headers(rateFields);
@@ -179,9 +193,11 @@ export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler
     function authenticateRequest(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
       const { authorization } = request.headers;
       const address = () => clientAddress(request);
+      // The request's one reading of the service's clock.
+      const now = (request.now = clock.now());
       let admission: Admission | undefined;
       try {
-        admission = gate.admitRemembered(address, authorization, request.raw.socket, scope);
+        admission = gate.admitRemembered(address, authorization, request.raw.socket, scope, now);
       } catch (refusal) {
         return done(refusal as Error);
       }
@@ -189,7 +205,7 @@ export function authenticate(gate: Gate): (scope: Scope) => onRequestHookHandler
         admitted(request, reply, admission);
         return done();
       }
-      gate.admit(address, authorization, request.raw.socket, scope).then((found) => {
+      gate.admit(address, authorization, request.raw.socket, scope, now).then((found) => {
         admitted(request, reply, found);
         done();
       }, done);
@@ -219,7 +235,8 @@ declare module 'fastify' {
 export const auth = fp<AuthOptions>(
   async (app, { keys, clock, limits }) => {
     app.decorateRequest('apiKeyId', undefined);
-    app.decorate('authenticate', authenticate(createGate(keys, limits, clock)));
+    app.decorateRequest('now', 0);
+    app.decorate('authenticate', authenticate(createGate(keys, limits), clock));
     // After the routes' last requests, before the store closes (server.ts): the hits and the
     // keys' uses are written.
     app.addHook('onClose', async () => void (await Promise.all([limits.close(), keys.close()])));

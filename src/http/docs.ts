@@ -165,7 +165,13 @@ export async function registerDocs(app: FastifyInstance, config: Config): Promis
         license: { name: 'MIT', identifier: 'MIT' },
       },
       servers,
-      tags: [{ name: 'pets', description: "The store's catalogue of animals: list, add and fetch them." }],
+      tags: [
+        { name: 'pets', description: "The store's catalogue of animals: list, add and fetch them." },
+        {
+          name: 'events',
+          description: 'What happened in the catalogue, oldest first: a feed to keep other systems in step with it.',
+        },
+      ],
       components: {
         securitySchemes: {
           apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: psk_ and 43 URL-safe characters.' },

@@ -5,7 +5,7 @@ import { capConnections } from './connections.js';
 import { guardRequests } from './limits.js';
 import type { Metrics } from './metrics.js';
 import type { RateFields } from './rate-limit.js';
-import { continueOnceAdmitted, routeEveryMethod, routeEveryRequest } from './methods.js';
+import { routeEveryMethod, routeEveryRequest } from './methods.js';
 
 export interface HardeningOptions {
   config: Config;
@@ -31,7 +31,6 @@ export const hardening = fp<HardeningOptions>(
     });
     routeEveryRequest(app.server);
     app.addHook('onRequest', guardRequests(earlyFields));
-    app.addHook('preParsing', continueOnceAdmitted);
   },
   { name: 'petstore-hardening' },
 );

@@ -63,11 +63,12 @@ export function routeEveryRequest(server: Server): void {
 const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i;
 
 /**
- * Global `preParsing` hook: the `100 Continue` an HTTP/1.1 client asked for before sending its
- * body (RFC 9110 section 10.1.1), sent when the request has passed every `onRequest` check (the
- * key among them) and its body is about to be read. A request refused before that gets its
- * final answer without one (CONTRACT.md Limits), and Node then closes the connection, whose
- * client may still send the body.
+ * `preParsing` hook of the route that reads a body (createPet): the `100 Continue` an HTTP/1.1
+ * client asked for before sending its body (RFC 9110 section 10.1.1), sent when the request has
+ * passed every `onRequest` check (the key among them) and its body is about to be read. A
+ * request refused before that gets its final answer without one (docs/hardening.md#framing), and Node
+ * then closes the connection, whose client may still send the body; so does a request to a
+ * route that reads no body, whose final status the RFC allows in place of `100 Continue`.
  */
 export const continueOnceAdmitted: preParsingHookHandler = (request, reply, payload, done) => {
   const { headers } = request;

@@ -5,6 +5,7 @@ import type { CloseReason } from './connections.js';
 import { petStatuses } from '../schemas.js';
 import type { ObserveCall } from '../store/instrumented.js';
 import { PET_COUNTS_MAX_AGE_MS, type Store } from '../store/store.js';
+import type { WebhookStats } from '../store/webhooks.js';
 
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const STORE_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
@@ -21,27 +22,24 @@ function readProcessRegistry(): Registry {
   return processRegistry;
 }
 
-type Observer = { observe(seconds: number): void };
-type Incrementer = { inc(): void };
+type AnswerLabels = Record<'operation' | 'method' | 'status', string>;
 
 /**
- * The children of a labelled metric, kept by a key of their label values, so an answer finds its
- * own with one Map lookup instead of prom-client's label checks on every call.
+ * Where one route's answers are counted: its operation label, resolved once per route, and the
+ * label set of each method and status it answered, made on the first such answer and kept.
  */
-function childrenOf<T>(make: (...values: string[]) => T) {
-  const children = new Map<string, T>();
-  return (key: string, ...values: string[]): T => {
-    let child = children.get(key);
-    if (!child) children.set(key, (child = make(...values)));
-    return child;
-  };
+export interface AnswerSeries {
+  /** The operationId (`getPet`), else the route (`/healthz`), else `unmatched` (operation.ts). */
+  readonly operation: string;
+  /** Counts and times one answer (petstore_http_requests_total and its duration histogram). */
+  observe(method: string, status: number, seconds: number): void;
 }
 
 export interface Metrics {
   /** This app's metrics and the process's, in the Prometheus text format. */
   registry: Registry;
-  /** Counts and times one answered request (petstore_http_requests_total and its duration histogram). */
-  observeAnswer(operation: string, method: string, status: number, seconds: number): void;
+  /** The series of the answers to `operation`: one object per operation, asked for once per route. */
+  answerSeries(operation: string): AnswerSeries;
   /** petstore_http_requests_in_flight: a plain number, read when scraped. */
   inFlight: { count: number };
   /** petstore_store_duration_seconds, by Store method and outcome. */
@@ -50,7 +48,19 @@ export interface Metrics {
   countDeprecatedCall(operation: 'getPet'): void;
   /** petstore_connections_closed_total: one connection the service closed or refused itself, by reason. */
   countClosedConnection(reason: CloseReason): void;
+  /** petstore_webhook_attempts_total: one webhook attempt, by result (src/events/relay.ts). */
+  countWebhookAttempt(result: string): void;
 }
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Counts one webhook attempt of this process's relay, by result, in this app's /metrics. */
+    countWebhookAttempt(result: string): void;
+  }
+}
+
+// A scrape reads the three webhook gauges from one query, at most once a second.
+const WEBHOOK_STATS_MAX_AGE_MS = 1000;
 
 /**
  * The app's metrics in a registry of its own (not prom-client's global one), so apps built in
@@ -74,10 +84,27 @@ export function createMetrics(store: Store): Metrics {
     labelNames,
     registers,
   });
-  const answerSeries = childrenOf((operation, method, status): [Observer, Incrementer] => [
-    durations.labels(operation!, method!, status!),
-    answers.labels(operation!, method!, status!),
-  ]);
+  // prom-client validates and hashes a label set on every observe and inc, whatever form it is
+  // given in (its children too); a series keeps its label sets so an answer builds none.
+  const seriesByOperation = new Map<string, AnswerSeries>();
+  const answerSeries = (operation: string): AnswerSeries => {
+    let series = seriesByOperation.get(operation);
+    if (series) return series;
+    const byMethod = new Map<string, Map<number, AnswerLabels>>();
+    series = {
+      operation,
+      observe(method, status, seconds) {
+        let byStatus = byMethod.get(method);
+        if (!byStatus) byMethod.set(method, (byStatus = new Map()));
+        let labels = byStatus.get(status);
+        if (!labels) byStatus.set(status, (labels = { operation, method, status: String(status) }));
+        durations.observe(labels, seconds);
+        answers.inc(labels);
+      },
+    };
+    seriesByOperation.set(operation, series);
+    return series;
+  };
   const inFlight = { count: 0 };
   new Gauge({
     name: 'petstore_http_requests_in_flight',
@@ -94,7 +121,16 @@ export function createMetrics(store: Store): Metrics {
     buckets: STORE_BUCKETS,
     registers,
   });
-  const storeSeries = childrenOf((method, outcome): Observer => storeDurations.labels(method!, outcome!));
+  // The label sets of each Store method, made once: [ok, error].
+  type StoreLabels = Record<'method' | 'outcome', string>;
+  const storeLabels = new Map<string, [ok: StoreLabels, error: StoreLabels]>();
+  const storeLabelsOf = (method: string) => {
+    let labels = storeLabels.get(method);
+    if (labels) return labels;
+    const ok = { method, outcome: 'ok' };
+    storeLabels.set(method, (labels = [ok, { ...ok, outcome: 'error' }]));
+    return labels;
+  };
   new Gauge({
     name: 'petstore_pets',
     help: `Animals in the store by status, counted at most ${PET_COUNTS_MAX_AGE_MS / 1000} s before the scrape (exact on SQLite).`,
@@ -111,7 +147,7 @@ export function createMetrics(store: Store): Metrics {
       }
     },
   });
-  // CONTRACT.md "Deprecated use": with keys list, tells an operator which clients to move
+  // docs/operations.md#deprecated-use-the-clients-to-move-before-the-sunset: with keys list, tells an operator which clients to move
   // before getPet's sunset. The series exists from the start, at 0, so rate() sees the first call.
   const deprecatedCalls = new Counter({
     name: 'petstore_deprecated_requests_total',
@@ -121,34 +157,76 @@ export function createMetrics(store: Store): Metrics {
   });
   const getPetCalls = deprecatedCalls.labels('getPet');
   getPetCalls.inc(0);
-  // CONTRACT.md Limits: connections closed for holding a slot without progress, and the rest.
+  // docs/hardening.md#connections: connections closed for holding a slot without progress, and the rest.
   const closedConnections = new Counter({
     name: 'petstore_connections_closed_total',
     help: 'Connections the service closed or refused itself, by reason (docs/hardening.md): slow_reader, no_progress, pipeline_depth, silent_evicted, address_full, server_full.',
     labelNames: ['reason'] as const,
     registers,
   });
+  // docs/webhooks.md#seen-from-outside. The series exist from the start, at 0.
+  const webhookAttempts = new Counter({
+    name: 'petstore_webhook_attempts_total',
+    help: 'Webhook attempts this instance made, by result: success, http_error, redirect, timeout, network_error, url_refused, event_expired (docs/webhooks.md).',
+    labelNames: ['result'] as const,
+    registers,
+  });
+  for (const result of ['success', 'http_error', 'redirect', 'timeout', 'network_error', 'url_refused']) {
+    webhookAttempts.labels(result).inc(0);
+  }
+  let stats: { at: number; read: Promise<WebhookStats> } | undefined;
+  const readStats = () => {
+    if (!stats || Date.now() - stats.at > WEBHOOK_STATS_MAX_AGE_MS) {
+      stats = { at: Date.now(), read: store.webhooks.stats() };
+    }
+    return stats.read;
+  };
+  const webhookGauge = (name: string, help: string, value: (stats: WebhookStats) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers,
+      // As petstore_pets: the database being down leaves the series out rather than failing the scrape.
+      async collect() {
+        try {
+          this.set(value(await readStats()));
+        } catch {
+          this.reset();
+        }
+      },
+    });
+  webhookGauge(
+    'petstore_webhook_events_waiting',
+    'Events owed to enabled webhook endpoints and not yet delivered, summed over the endpoints (every instance).',
+    (s) => s.waiting,
+  );
+  webhookGauge(
+    'petstore_webhook_oldest_waiting_seconds',
+    'Age of the oldest event an enabled webhook endpoint is still owed; 0 when none waits.',
+    (s) => (s.oldestWaitingAt ? Math.max(0, (Date.now() - s.oldestWaitingAt.getTime()) / 1000) : 0),
+  );
+  webhookGauge(
+    'petstore_webhook_endpoints_disabled',
+    'Webhook endpoints disabled for failing every attempt for PETSTORE_WEBHOOK_GIVE_UP.',
+    (s) => s.disabled,
+  );
   return {
     registry: Registry.merge([registry, readProcessRegistry()]),
-    observeAnswer(operation, method, status, seconds) {
-      const [duration, count] = answerSeries(`${operation} ${method} ${status}`, operation, method, String(status));
-      duration.observe(seconds);
-      count.inc();
-    },
+    answerSeries,
     inFlight,
     observeStoreCall(method, failed, seconds) {
-      const outcome = failed ? 'error' : 'ok';
-      storeSeries(`${method} ${outcome}`, method, outcome).observe(seconds);
+      storeDurations.observe(storeLabelsOf(method)[failed ? 1 : 0], seconds);
     },
     // getPet is the one deprecated operation.
     countDeprecatedCall: () => getPetCalls.inc(),
     countClosedConnection: (reason) => closedConnections.inc({ reason }),
+    countWebhookAttempt: (result) => webhookAttempts.inc({ result }),
   };
 }
 
 /**
  * `GET /metrics` in the Prometheus text format, behind an API key with the `metrics:read` scope
- * (CONTRACT.md): Prometheus scrapes it with `authorization: { credentials: <key> }`.
+ * (docs/operations.md#metrics): Prometheus scrapes it with `authorization: { credentials: <key> }`.
  */
 export function registerMetrics(
   app: FastifyInstance,

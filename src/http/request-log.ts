@@ -10,7 +10,6 @@ import {
 import { pino, type DestinationStream } from 'pino';
 import type { Config } from '../config.js';
 import { oneLine } from '../errors.js';
-import { operationOf } from './operation.js';
 
 // A caller's id is kept only when it is short visible ASCII: it lands in logs and a header.
 const CALLER_ID = /^[\x21-\x7e]{1,128}$/;
@@ -24,7 +23,7 @@ export function readRequestId(request: IncomingMessage): string {
 /**
  * Fastify's logging settings. With no `logger` given: JSON lines (pino) at `config.logLevel` on
  * `stream` (standard output by default, through pino's asynchronous destination, written out
- * when the process exits: docs/operations.md "Logs"), with `reqId` on every line of a
+ * when the process exits: docs/operations.md#logs), with `reqId` on every line of a
  * request. Fastify's own two lines per request are off: the observability plugin (observability.ts) writes one,
  * with no header, key or body in it. A pino logger given is used as it is; `false` logs nothing.
  */
@@ -38,6 +37,9 @@ export function loggingOptions(
     genReqId: readRequestId,
   };
   if (typeof logger === 'object') return { loggerInstance: logger, ...requestIds };
+  // A silent logger rather than none: Fastify times an answer (reply.elapsedTime, the duration
+  // histogram's) only when it has a logger or onResponse hooks, and the service adds no such hook.
+  if (logger === false) return { logger: { level: 'silent' }, ...requestIds };
   if (logger !== undefined) return { logger, ...requestIds };
   return {
     logger: {
@@ -55,10 +57,10 @@ export function echoRequestId(request: FastifyRequest, reply: FastifyReply): Fas
   return reply.header('x-request-id', request.id);
 }
 
-/** Logs a request whose client went away before it was answered. */
-export function logAborted(request: FastifyRequest): void {
+/** Logs a request to `operation` whose client went away before it was answered. */
+export function logAborted(request: FastifyRequest, operation: string): void {
   const path = oneLine(request.url.split('?', 1)[0]!);
-  request.log.info({ operation: operationOf(request), method: request.method, path }, 'request aborted by client');
+  request.log.info({ operation, method: request.method, path }, 'request aborted by client');
 }
 
 export interface Answer {

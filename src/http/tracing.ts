@@ -7,7 +7,7 @@ import { operationOf } from './operation.js';
 /**
  * Names a request's server span by its route (`GET /v1/pets/:petId`; the method alone when no
  * route matched) and keeps its path without the query, which may carry anything. Its ids go on
- * every line the request logs, the request's log line among them (CONTRACT.md "Operations").
+ * every line the request logs, the request's log line among them (docs/operations.md#tracing).
  */
 function describeRequest(span: Span, request: FastifyRequest): void {
   const route = request.routeOptions.url;

@@ -1,4 +1,4 @@
-import { Ajv, type ErrorObject, type SchemaObject } from 'ajv';
+import { Ajv, type ErrorObject, type SchemaObject, type ValidateFunction } from 'ajv';
 import type { FastifySchema } from 'fastify';
 import { ApiError, echo } from '../errors.js';
 import { INT64_MAX, INT64_MIN, sharedSchemas } from '../schemas.js';
@@ -32,7 +32,8 @@ const ajv = new Ajv({
   // OpenAPI annotations that are not JSON Schema validation keywords.
   keywords: ['example'],
   // OpenAPI's int32 only documents: the schemas that name it bound the integer themselves.
-  formats: { int32: true },
+  // date-time describes answers (Event.createdAt): no request carries one.
+  formats: { int32: true, 'date-time': true },
 });
 ajv.addKeyword({
   keyword: 'int64',
@@ -43,6 +44,20 @@ ajv.addKeyword({
 
 // The schemas with an `$id` that route schemas reference: static, so added once.
 for (const schema of sharedSchemas) ajv.addSchema(forAjv(schema) as SchemaObject);
+
+/**
+ * Ajv's own cache is keyed by the schema object, and forAjv makes a new one on every call: the
+ * functions are kept here by the schema's content instead, so every app built in a process (one
+ * per test, one per instance) compiles each schema once.
+ */
+const validators = new Map<string, ValidateFunction>();
+
+function compiled(schema: unknown): ValidateFunction {
+  const text = JSON.stringify(schema, (_key, value: unknown) => (typeof value === 'bigint' ? `${value}n` : value));
+  let validate = validators.get(text);
+  if (!validate) validators.set(text, (validate = ajv.compile(forAjv(schema) as SchemaObject)));
+  return validate;
+}
 
 const DIGITS = /^(0|[1-9][0-9]*)$/;
 
@@ -95,13 +110,13 @@ function describe(error: ErrorObject, part: Part): string {
  */
 export function compileValidator({ schema, httpPart }: { schema: FastifySchema; httpPart?: string }) {
   const part = (httpPart ?? 'body') as Part;
-  const validate = ajv.compile(forAjv(schema) as SchemaObject);
+  const validate = compiled(schema);
   const stringly = part === 'querystring' || part === 'params';
   return (data: unknown) => {
     try {
       const value = stringly ? coerceStrings((data ?? {}) as Record<string, unknown>, schema as SchemaObject) : data;
       if (validate(value)) return { value };
-      // A path that names no animal is not found, however it is malformed (CONTRACT.md getPet).
+      // A path that names no animal is not found, however it is malformed (docs/api.md#deprecation-of-getpet).
       if (part === 'params') {
         const rule = validate.errors!.at(-1)!.parentSchema?.description;
         return {

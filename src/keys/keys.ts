@@ -1,8 +1,6 @@
-import crypto, { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import crypto, { randomBytes, timingSafeEqual } from 'node:crypto';
 
 const PREFIX = 'psk_';
-// 32 random bytes, base64url: 43 characters, 256 bits of entropy.
-const KEY_PATTERN = /^psk_[A-Za-z0-9_-]{43}$/;
 
 /** Makes a new API key: `psk_` and 43 URL-safe characters from 32 random bytes. */
 export function makeKey(): string {
@@ -17,20 +15,12 @@ export function hashKey(key: string): Buffer {
   return sha256(key);
 }
 
-// crypto.hash (one call, no Hash object: about half the time) from Node 20.12 on; the service
-// runs on every Node 20.
-const sha256: (text: string) => Buffer =
-  typeof crypto.hash === 'function'
-    ? (text) => crypto.hash('sha256', text, 'buffer')
-    : (text) => createHash('sha256').update(text).digest();
+// crypto.hash: one call, no Hash object; every Node.js src/runtime.ts accepts has it.
+const sha256 = (text: string): Buffer => crypto.hash('sha256', text, 'buffer');
 
 /** The first characters of a key, shown by `keys list` so a person can tell keys apart. */
 export function keyHint(key: string): string {
   return key.slice(0, PREFIX.length + 6) + '…';
-}
-
-export function looksLikeKey(token: string): boolean {
-  return KEY_PATTERN.test(token);
 }
 
 export function sameHash(a: Buffer, b: Buffer): boolean {

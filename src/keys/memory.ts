@@ -2,9 +2,9 @@ import { systemClock, type Clock } from '../clock.js';
 import type { ActiveKey, Store } from '../store/store.js';
 import { batchKeyUses } from './uses.js';
 
-// CONTRACT.md: a revoked key is refused within one second on every instance. An active key is
-// remembered for half that, so most requests cost no database work for their key; never past
-// its expiry, so an expired key is never served from memory.
+// docs/keys.md#how-keys-work: a revoked key is refused within one second on every instance. An
+// active key is remembered for half that, so most requests cost no database work for their key;
+// never past its expiry, so an expired key is never served from memory.
 const KEY_MEMORY_MS = 500;
 const KEYS_REMEMBERED = 1000;
 

@@ -1,7 +1,7 @@
 import { writeInBatches } from '../store/batches.js';
 import type { KeyUse } from '../store/store.js';
 
-/** Each key's last use is written at most this often, per instance (CONTRACT.md `keys list`). */
+/** Each key's last use is written at most this often, per instance (docs/keys.md#listing-keys). */
 export const KEY_USE_WRITE_MS = 60_000;
 /** How long a use waits in memory before it is written with the others. */
 export const KEY_USE_FLUSH_MS = 10_000;

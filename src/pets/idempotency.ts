@@ -1,10 +1,9 @@
 import { createHash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
-import type { Clock } from '../clock.js';
 import { ApiError } from '../errors.js';
 import type { IdempotencyClaim } from '../store/store.js';
 
-/** How long a first response is replayed (CONTRACT.md createPet). */
+/** How long a first response is replayed (docs/api.md#safe-retries-idempotency-key). */
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
 
 const BARE = /^[\x21-\x7e]{1,255}$/;
@@ -113,12 +112,11 @@ export const mismatch = () =>
     "This 'Idempotency-Key' was used with a different request body; use a new key for a new animal.",
   );
 
-/** The claim a create with `key` makes at the clock's present. */
+/** The claim a create with `key` makes at `now`, the request's reading of the service's clock. */
 export function claimFor(
   apiKeyId: number,
   idempotency: { key: string; fingerprint: Buffer },
-  clock: Clock,
+  now: number,
 ): IdempotencyClaim {
-  const now = clock.now();
   return { apiKeyId, ...idempotency, now, expiresAt: now + IDEMPOTENCY_TTL_MS };
 }

@@ -1,5 +1,4 @@
 import fp from 'fastify-plugin';
-import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { refuseOtherMethods } from '../http/methods.js';
 import type { Store } from '../store/store.js';
@@ -8,7 +7,6 @@ import { createPet, getPet, listPets } from './routes.js';
 
 export interface PetsOptions {
   store: Store;
-  clock: Clock;
   config: Config;
   /** Counts a call of a deprecated operation (petstore_deprecated_requests_total). */
   countDeprecatedCall: (operation: 'getPet') => void;
@@ -22,17 +20,9 @@ export interface PetsOptions {
  * a store whose pages never change (Store.idsVisibleInOrder).
  */
 export const pets = fp<PetsOptions>(
-  async (app, { store, clock, config, countDeprecatedCall, noteDeprecatedUse }) => {
+  async (app, { store, config, countDeprecatedCall, noteDeprecatedUse }) => {
     const pages = store.idsVisibleInOrder ? new PageCache() : undefined;
-    const deps = {
-      store,
-      clock,
-      config,
-      authenticate: app.authenticate,
-      pages,
-      countDeprecatedCall,
-      noteDeprecatedUse,
-    };
+    const deps = { store, config, authenticate: app.authenticate, pages, countDeprecatedCall, noteDeprecatedUse };
     listPets(app, deps);
     createPet(app, deps);
     getPet(app, deps);

@@ -6,9 +6,9 @@ import type {
   onRequestHookHandler,
 } from 'fastify';
 import type { Scope } from '../schemas.js';
-import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import { ApiError, unsupportedMediaType } from '../errors.js';
+import { continueOnceAdmitted } from '../http/methods.js';
 import {
   commonErrors,
   errorResponse,
@@ -27,7 +27,7 @@ import {
   idempotencyRetryAfter,
   locationHeader,
 } from '../schemas.js';
-import type { Store } from '../store/store.js';
+import type { PetRecord, Store } from '../store/store.js';
 import { decodeCursor, encodeCursor } from './cursor.js';
 import { deprecationHeaderDocs, deprecationHeaders } from './deprecation.js';
 import type { PageCache } from './page-cache.js';
@@ -35,9 +35,11 @@ import { claimFor, InFlight, inFlight, mismatch, readIdempotencyKey } from './id
 
 export interface PetDeps {
   store: Store;
-  clock: Clock;
   config: Config;
-  /** The `onRequest` hook that admits a request with a key holding `scope` (http/auth.ts). */
+  /**
+   * The `onRequest` hook that admits a request with a key holding `scope` (http/auth.ts); it
+   * reads the service's clock onto `request.now`, which the routes' time checks use.
+   */
   authenticate: (scope: Scope) => onRequestHookHandler;
   /** Where listPets keeps the pages it may send again; absent when the store's pages can change. */
   pages?: PageCache;
@@ -99,23 +101,39 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
         },
       },
     },
-    async (request, reply) => {
+    (request, reply) => {
       const { limit = 20, status, cursor } = request.query;
       const after = cursor === undefined ? undefined : readCursor(cursor, status);
-      const pets = await store.listPets({ status, afterId: after, limit: limit + 1 });
-      if (pets.length <= limit) return pets;
-      pets.length = limit;
-      const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
-      const link = `</v1/pets?limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}>; rel="next"`;
-      reply.header('link', link);
-      if (!pages?.wanted(request.url)) return pets;
-      // The schema's serializer, as for any answer; the bytes are kept to be sent again.
-      const body = reply.serialize(pets) as string;
-      const page = { body, bytes: Buffer.byteLength(body), link };
-      pages.set(request.url, page);
-      return reply.type(JSON_TYPE).send(page.body);
+      const found = store.listPets({ status, afterId: after, limit: limit + 1 });
+      // Rows read at once are sent at once: no promise for a synchronous read (Store's Read).
+      if (found instanceof Promise) {
+        return found.then((pets) => {
+          sendPage(request.url, reply, pets);
+        });
+      }
+      sendPage(request.url, reply, found);
+      return undefined;
     },
   );
+
+  /**
+   * Sends `pets`, read with one more than the page's limit, as the page: with its `Link` when
+   * another follows, kept to be sent again when the cache wants it.
+   */
+  function sendPage(url: string, reply: FastifyReply, pets: PetRecord[]): FastifyReply {
+    const { limit = 20, status } = reply.request.query as ListQuery;
+    if (pets.length <= limit) return reply.send(pets);
+    pets.length = limit;
+    const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
+    const link = `</v1/pets?limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}>; rel="next"`;
+    reply.header('link', link);
+    if (!pages?.wanted(url)) return reply.send(pets);
+    // The schema's serializer, as for any answer; the bytes are kept to be sent again.
+    const body = reply.serialize(pets) as string;
+    const page = { body, bytes: Buffer.byteLength(body), link };
+    pages.set(url, page);
+    return reply.type(JSON_TYPE).send(page.body);
+  }
 }
 
 function readCursor(text: string, status: PetStatus | undefined): bigint {
@@ -135,7 +153,7 @@ function readCursor(text: string, status: PetStatus | undefined): bigint {
   return cursor.afterId;
 }
 
-export function createPet(app: FastifyInstance, { store, clock, authenticate }: PetDeps) {
+export function createPet(app: FastifyInstance, { store, authenticate }: PetDeps) {
   const inFlightHere = new InFlight();
   // Declared up front, so every request object keeps one shape.
   app.decorateRequest('idempotency', undefined);
@@ -143,6 +161,7 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
     '/v1/pets',
     {
       onRequest: authenticate('pets:write'),
+      preParsing: continueOnceAdmitted,
       preValidation: [requireJsonBody, readIdempotencyKey],
       schema: {
         operationId: 'createPet',
@@ -200,7 +219,7 @@ export function createPet(app: FastifyInstance, { store, clock, authenticate }: 
         const created = await store.createPet(pet);
         return reply.code(201).header('location', `/v1/pets/${created.id}`).send(created);
       }
-      const claim = claimFor(apiKeyId, idempotency, clock);
+      const claim = claimFor(apiKeyId, idempotency, request.now);
       const outcome = await inFlightHere.hold(apiKeyId, idempotency.key, () =>
         store.createPetOnce(pet, claim, (created) => ({
           status: 201,
@@ -224,7 +243,7 @@ function requireJsonBody(request: FastifyRequest, _reply: FastifyReply, done: Ho
 
 export function getPet(
   app: FastifyInstance,
-  { store, clock, config, authenticate, countDeprecatedCall, noteDeprecatedUse }: PetDeps,
+  { store, config, authenticate, countDeprecatedCall, noteDeprecatedUse }: PetDeps,
 ) {
   const headers = deprecationHeaders(config);
   const sunsetMs = config.sunsetSeconds * 1000;
@@ -235,12 +254,15 @@ export function getPet(
       // Deprecated answers, errors included, carry the deprecation headers.
       preValidation: (request, reply, done) => {
         reply.headers(headers);
-        // CONTRACT.md "Deprecated use": every admitted call, whatever its answer, counted and
-        // noted against its key (in memory; written at most once a minute per key, keys/uses.ts).
+        // docs/operations.md#deprecated-use-the-clients-to-move-before-the-sunset: every admitted
+        // call, whatever its answer, counted and noted against its key (in memory; written at
+        // most once a minute per key, keys/uses.ts).
         countDeprecatedCall?.('getPet');
-        if (request.apiKeyId !== undefined) noteDeprecatedUse?.(request.apiKeyId, clock.now());
+        // The clock as the key check read it (http/auth.ts): one reading per request.
+        const { now } = request;
+        if (request.apiKeyId !== undefined) noteDeprecatedUse?.(request.apiKeyId, now);
         done(
-          clock.now() >= sunsetMs
+          now >= sunsetMs
             ? new ApiError('gone', 'getPet was removed on 2030-12-05; list animals with GET /v1/pets instead.')
             : undefined,
         );
@@ -278,10 +300,18 @@ export function getPet(
         },
       },
     },
-    async (request) => {
-      const pet = await store.getPet(request.params.petId);
-      if (!pet) throw new ApiError('not_found', `No animal has id ${request.params.petId}.`);
-      return pet;
+    (request, reply) => {
+      const { petId } = request.params;
+      const found = store.getPet(petId);
+      // A row read at once is sent at once: no promise for a synchronous read (Store's Read).
+      if (found instanceof Promise) return found.then((pet) => petOrNotFound(petId, pet));
+      reply.send(petOrNotFound(petId, found));
+      return undefined;
     },
   );
+}
+
+function petOrNotFound(id: bigint, pet: PetRecord | undefined): PetRecord {
+  if (!pet) throw new ApiError('not_found', `No animal has id ${id}.`);
+  return pet;
 }

@@ -1,6 +1,7 @@
 import { SpanKind, SpanStatusCode, trace, type Attributes, type Span } from '@opentelemetry/api';
 import {
   StoreUnavailableError,
+  type EventQuery,
   type IdempotencyClaim,
   type KeyRoll,
   type KeyUse,
@@ -8,6 +9,7 @@ import {
   type NewKeyRecord,
   type NewPetRecord,
   type PetRecord,
+  type Read,
   type Store,
   type StoredResponse,
 } from './store.js';
@@ -51,24 +53,27 @@ export class InstrumentedStore implements Store {
     return this.#inner.idsVisibleInOrder;
   }
 
+  /** The relay's and the CLI's: background work, not timed as a request's. */
+  get webhooks() {
+    return this.#inner.webhooks;
+  }
+
   isDiskError(error: unknown) {
     return this.#inner.isDiskError(error);
   }
 
   /**
-   * `call`'s outcome, timed, with a disk error made StoreUnavailableError; a write that succeeds
-   * ends a disk failure. A call made inside a traced request is a child span of it, `store.<method>`
-   * (CONTRACT.md "Operations", Tracing); outside one (tracing off, or background work such as
+   * `call`'s outcome, timed from `started` (read before the call is made: arguments are evaluated
+   * in order), with a disk error made StoreUnavailableError; a write that succeeds ends a disk
+   * failure. A call made inside a traced request is a child span of it, `store.<method>`
+   * (docs/operations.md#tracing); outside one (tracing off, or background work such as
    * rate-count batches) there is no span, and no more work than the lookup of the active one.
    */
-  #watch<T>(method: string, write: boolean, call: Promise<T>): Promise<T> {
-    const started = performance.now();
+  #watch<T>(method: string, write: boolean, started: number, call: Promise<T>): Promise<T> {
     const span = trace.getActiveSpan() && this.#startSpan(method);
     return call.then(
       (result) => {
-        this.#observe(method, false, (performance.now() - started) / 1000);
-        span?.end();
-        if (write) this.#diskFailure = undefined;
+        this.#succeeded(method, write, started, span);
         return result;
       },
       (error: unknown) => {
@@ -83,6 +88,19 @@ export class InstrumentedStore implements Store {
         throw failure;
       },
     );
+  }
+
+  /** #watch for a read that may answer at once (Read): a value is passed on as it is, no promise made. */
+  #watchRead<T>(method: string, started: number, call: Read<T>): Read<T> {
+    if (call instanceof Promise) return this.#watch(method, false, started, call);
+    this.#succeeded(method, false, started, trace.getActiveSpan() && this.#startSpan(method));
+    return call;
+  }
+
+  #succeeded(method: string, write: boolean, started: number, span: Span | undefined): void {
+    this.#observe(method, false, (performance.now() - started) / 1000);
+    span?.end();
+    if (write) this.#diskFailure = undefined;
   }
 
   #startSpan(method: string): Span {
@@ -104,43 +122,53 @@ export class InstrumentedStore implements Store {
         throw this.#failed(error);
       }
     }
-    return this.#watch('ping', false, this.#inner.ping());
+    return this.#watch('ping', false, performance.now(), this.#inner.ping());
   }
 
   probeWrite() {
-    return this.#watch('probeWrite', true, this.#inner.probeWrite());
+    return this.#watch('probeWrite', true, performance.now(), this.#inner.probeWrite());
   }
 
   migrate(onApplied?: (name: string, ms: number) => void) {
-    return this.#watch('migrate', true, this.#inner.migrate(onApplied));
+    return this.#watch('migrate', true, performance.now(), this.#inner.migrate(onApplied));
   }
 
   createPet(pet: NewPetRecord) {
-    return this.#watch('createPet', true, this.#inner.createPet(pet));
+    return this.#watch('createPet', true, performance.now(), this.#inner.createPet(pet));
   }
 
   createPetOnce(pet: NewPetRecord, claim: IdempotencyClaim, respond: (pet: PetRecord) => StoredResponse) {
-    return this.#watch('createPetOnce', true, this.#inner.createPetOnce(pet, claim, respond));
+    return this.#watch('createPetOnce', true, performance.now(), this.#inner.createPetOnce(pet, claim, respond));
   }
 
   getPet(id: bigint) {
-    return this.#watch('getPet', false, this.#inner.getPet(id));
+    return this.#watchRead('getPet', performance.now(), this.#inner.getPet(id));
   }
 
   listPets(query: ListQuery) {
-    return this.#watch('listPets', false, this.#inner.listPets(query));
+    return this.#watchRead('listPets', performance.now(), this.#inner.listPets(query));
+  }
+
+  listEvents(query: EventQuery) {
+    return this.#watch('listEvents', false, performance.now(), this.#inner.listEvents(query));
+  }
+
+  // Not a write that ends a disk failure: deleting (or finding nothing to delete) says nothing
+  // about whether a create would find room.
+  pruneEvents(before: Date, limit: number) {
+    return this.#watch('pruneEvents', false, performance.now(), this.#inner.pruneEvents(before, limit));
   }
 
   countPetsByStatus() {
-    return this.#watch('countPetsByStatus', false, this.#inner.countPetsByStatus());
+    return this.#watch('countPetsByStatus', false, performance.now(), this.#inner.countPetsByStatus());
   }
 
   createKey(key: NewKeyRecord) {
-    return this.#watch('createKey', true, this.#inner.createKey(key));
+    return this.#watch('createKey', true, performance.now(), this.#inner.createKey(key));
   }
 
   findActiveKey(hash: Buffer) {
-    return this.#watch('findActiveKey', false, this.#inner.findActiveKey(hash));
+    return this.#watch('findActiveKey', false, performance.now(), this.#inner.findActiveKey(hash));
   }
 
   // Written off the request path, in batches, whoever used the keys: not a request's store call.
@@ -153,23 +181,23 @@ export class InstrumentedStore implements Store {
   }
 
   listKeys() {
-    return this.#watch('listKeys', false, this.#inner.listKeys());
+    return this.#watch('listKeys', false, performance.now(), this.#inner.listKeys());
   }
 
   rollKey(roll: KeyRoll) {
-    return this.#watch('rollKey', true, this.#inner.rollKey(roll));
+    return this.#watch('rollKey', true, performance.now(), this.#inner.rollKey(roll));
   }
 
   createFirstKey(key: NewKeyRecord) {
-    return this.#watch('createFirstKey', true, this.#inner.createFirstKey(key));
+    return this.#watch('createFirstKey', true, performance.now(), this.#inner.createFirstKey(key));
   }
 
   revokeKey(id: number, at: Date) {
-    return this.#watch('revokeKey', true, this.#inner.revokeKey(id, at));
+    return this.#watch('revokeKey', true, performance.now(), this.#inner.revokeKey(id, at));
   }
 
   addHits(windowStart: number, subjects: string[], hits: number[]) {
-    return this.#watch('addHits', false, this.#inner.addHits(windowStart, subjects, hits));
+    return this.#watch('addHits', false, performance.now(), this.#inner.addHits(windowStart, subjects, hits));
   }
 
   onKeysChanged(listener: () => void) {

@@ -38,7 +38,7 @@ export interface MigrationState {
 
 /**
  * The database holds a migration this version does not know: a newer release touched it.
- * `serve` and `migrate` refuse it before writing anything (CONTRACT.md "Migrations"): the newer
+ * `serve` and `migrate` refuse it before writing anything (docs/operations.md#migrations): the newer
  * schema may mean something this version would break.
  */
 export class UnknownMigrationError extends Error {

@@ -1,14 +1,17 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
 import { groupCalls } from './batches.js';
+import { EVENT_TX, HORIZON } from './postgres-event-clock.js';
+import { postgresWebhooks } from './postgres-webhooks.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
-import type { PetStatus } from '../schemas.js';
+import { INT64_MAX, type PetStatus } from '../schemas.js';
 import {
   ACTIVE_KEY_COLUMNS,
   countByStatus,
   EXPIRED_PER_CREATE,
   idempotencyValues,
   KEY_COLUMNS,
+  toEvent,
   refuseRoll,
   replayFor,
   toActiveKey,
@@ -16,6 +19,7 @@ import {
   toPet,
   writeScopes,
   type ActiveKeyRow,
+  type EventRow,
   type IdempotencyRow,
   type KeyRow,
   type PetRow,
@@ -23,6 +27,7 @@ import {
 import {
   PET_COUNTS_MAX_AGE_MS,
   StoreUnavailableError,
+  type EventQuery,
   type IdempotencyClaim,
   type KeyRoll,
   type KeyUse,
@@ -70,13 +75,55 @@ const takeLock = (lock: number) =>
 
 const PET_COLUMNS = 'id, name, category_id, status';
 
+/**
+ * The event data of a created animal, `p`, built in SQL: the same text as rows.ts petJson writes
+ * and createPet's 201 carries. A name holds no control character (schemas.ts), so to_json
+ * escapes exactly what JSON.stringify does: `"` and `\`.
+ */
+const PET_JSON =
+  `'{"id":' || p.id || ',"name":' || to_json(p.name)::text || ',"categoryId":' || p.category_id || ` +
+  `',"status":"' || p.status || '"}'`;
+
+/**
+ * The outbox (docs/events.md): `pets`, the animals a statement inserted, each with its event in
+ * the same statement, so in the same transaction: no extra round trip. ORDER BY p.id: within a
+ * batch, events follow the animals' order. $4 is the events' createdAt.
+ */
+const withEvents = (insertPets: string) =>
+  `WITH p AS (${insertPets} RETURNING ${PET_COLUMNS}), ` +
+  `e AS (INSERT INTO events (tx, type, created_at, data) ` +
+  `SELECT ${EVENT_TX}, 'pet.created', $4::timestamptz, ${PET_JSON} FROM p ORDER BY p.id) ` +
+  `SELECT ${PET_COLUMNS} FROM p`;
+
+/**
+ * After a restore into a server whose transaction ids are lower than the events' (migration 006):
+ * raises the offset so the next event sorts after every stored one. Never true otherwise: every
+ * committed event's tx is below the statement snapshot's xmax plus the offset.
+ */
+const REBASE_EVENT_CLOCK =
+  'UPDATE event_clock SET tx_offset = e.top + 1 - pg_snapshot_xmax(pg_current_snapshot())::text::bigint ' +
+  'FROM (SELECT max(tx) AS top FROM events) AS e ' +
+  'WHERE e.top >= pg_snapshot_xmax(pg_current_snapshot())::text::bigint + tx_offset';
+
 const statements = {
-  insertPet: `INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${PET_COLUMNS}`,
+  insertPet: withEvents('INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3)'),
   // The creates of one turn of the event loop in one statement: one round trip, one commit.
-  insertPets:
+  insertPets: withEvents(
     'INSERT INTO pets (name, category_id, status) SELECT name, category_id, status ' +
-    'FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (name, category_id, status, n) ' +
-    `ORDER BY n RETURNING ${PET_COLUMNS}`,
+      'FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (name, category_id, status, n) ' +
+      'ORDER BY n',
+  ),
+  // Only events whose transaction is older than every one still running (the statement's own
+  // snapshot's xmin): any event not yet visible then sorts after the last one listed. A
+  // transaction left open anywhere in the cluster holds the feed back, never reorders it.
+  listEvents:
+    'SELECT tx, seq, type, created_at, data FROM events ' +
+    `WHERE (tx, seq) > ($1::bigint, $2::bigint) AND tx < ${HORIZON} ORDER BY tx, seq LIMIT $3`,
+  // Among the $2 oldest only: bounded work whatever the table holds. Instances pruning at once
+  // wait for each other's rows, then find them gone.
+  pruneEvents:
+    'DELETE FROM events AS e USING (SELECT tx, seq FROM events ORDER BY tx, seq LIMIT $2) AS oldest ' +
+    'WHERE e.tx = oldest.tx AND e.seq = oldest.seq AND e.created_at < $1',
   // The reads of one turn of the event loop, one statement per kind: one round trip for all.
   getPets: `SELECT ${PET_COLUMNS} FROM pets WHERE id = ANY($1::bigint[])`,
   // n: which page of the batch a row belongs to. Each page is its own index range scan.
@@ -146,6 +193,7 @@ const RETRIED = new Set<StatementName>([
   'listAllPages',
   'listPagesByStatus',
   'countByStatus',
+  'listEvents',
   'findKey',
   'listKeys',
   'ping',
@@ -347,8 +395,8 @@ export function openPostgresStore(
     }
   };
 
-  const insertOne = async (pet: NewPetRecord) =>
-    toPet((await query<PetRow>('insertPet', [pet.name, pet.categoryId, pet.status])).rows[0]!);
+  const petValues = (pet: NewPetRecord) => [pet.name, pet.categoryId, pet.status, new Date(clock.now())];
+  const insertOne = async (pet: NewPetRecord) => toPet((await query<PetRow>('insertPet', petValues(pet))).rows[0]!);
   // Group commit: the creates of one turn of the event loop share a round trip, a commit and its
   // WAL flush; each 201 still waits for that commit.
   const inserts = groupCalls(async (pets: NewPetRecord[]): Promise<PromiseSettledResult<PetRecord>[]> => {
@@ -358,6 +406,7 @@ export function openPostgresStore(
         pets.map((pet) => pet.name),
         pets.map((pet) => pet.categoryId),
         pets.map((pet) => pet.status),
+        new Date(clock.now()),
       ]);
       return matchRecords(pets, rows.map(toPet)).map((value) => ({ status: 'fulfilled', value }));
     } catch (error) {
@@ -399,7 +448,7 @@ export function openPostgresStore(
   const probeWrite = async () => {
     const rolledBack = new Error('rolled back');
     await inTransaction(async (client) => {
-      await query('insertPet', ['write probe', 0n, 'available'], client);
+      await query('insertPet', petValues({ name: 'write probe', categoryId: 0n, status: 'available' }), client);
       throw rolledBack;
     }).catch((error: unknown) => {
       if (error !== rolledBack) throw error;
@@ -408,6 +457,13 @@ export function openPostgresStore(
 
   const store: Store = {
     idsVisibleInOrder: false,
+    webhooks: postgresWebhooks(async (text, values, client) => {
+      try {
+        return await (client ?? pool).query(text, values);
+      } catch (error) {
+        throw translate(error);
+      }
+    }, inTransaction),
     isDiskError,
     probeWrite,
 
@@ -454,6 +510,7 @@ export function openPostgresStore(
             names.push(migration.name);
             onApplied?.(migration.name, performance.now() - started);
           }
+          await client.query(REBASE_EVENT_CLOCK);
           await client.query('COMMIT');
         } catch (error) {
           // On a lost or timed-out connection, closing it is the rollback.
@@ -492,7 +549,7 @@ export function openPostgresStore(
         const replay = replayFor(row, claim);
         if (replay) return replay;
         if (row) await query('deleteIdempotency', [claim.apiKeyId, claim.key], client);
-        const { rows: created } = await query<PetRow>('insertPet', [pet.name, pet.categoryId, pet.status], client);
+        const { rows: created } = await query<PetRow>('insertPet', petValues(pet), client);
         const response = respond(toPet(created[0]!));
         await query('insertIdempotency', [claim.apiKeyId, ...idempotencyValues(claim, response)], client);
         return { kind: 'created', response };
@@ -512,6 +569,18 @@ export function openPostgresStore(
       if (counted && clock.now() - counted.at < PET_COUNTS_MAX_AGE_MS) return counted.counts;
       counting ??= countPets();
       return counting;
+    },
+
+    async listEvents({ after, limit }: EventQuery) {
+      // A position past int64 (never issued) sorts after every event.
+      if (after && after.tx > INT64_MAX) return [];
+      const { rows } = await query<EventRow>('listEvents', [after?.tx ?? 0n, after?.seq ?? 0n, limit]);
+      return rows.map(toEvent);
+    },
+
+    async pruneEvents(before: Date, limit: number) {
+      const { rowCount } = await query('pruneEvents', [before, limit]);
+      return rowCount ?? 0;
     },
 
     async createKey(key: NewKeyRecord) {

@@ -1,6 +1,13 @@
-import { scopes as allScopes, type Scope } from '../schemas.js';
-import type { PetStatus } from '../schemas.js';
-import type { ActiveKey, IdempotencyClaim, KeyRecord, OnceOutcome, PetRecord, StoredResponse } from './store.js';
+import { defaultScopes, scopes as allScopes, type PetStatus, type Scope } from '../schemas.js';
+import type {
+  ActiveKey,
+  EventRecord,
+  IdempotencyClaim,
+  KeyRecord,
+  OnceOutcome,
+  PetRecord,
+  StoredResponse,
+} from './store.js';
 
 /** A `pets` row as both stores read it: int64 columns as `bigint`. */
 export interface PetRow {
@@ -40,7 +47,7 @@ export interface ActiveKeyRow {
 export const ACTIVE_KEY_COLUMNS = 'id, hash, scopes, expires_at';
 
 /** The `scopes` column: space-separated scope names, as OAuth writes them. */
-export const writeScopes = (list: readonly Scope[] = allScopes): string => list.join(' ');
+export const writeScopes = (list: readonly Scope[] = defaultScopes): string => list.join(' ');
 
 // Written by writeScopes only; a word this version does not know grants nothing.
 const readScopes = (text: string): Scope[] => allScopes.filter((scope) => text.split(' ').includes(scope));
@@ -59,6 +66,30 @@ export const toPet = (row: PetRow): PetRecord => ({
   name: row.name,
   categoryId: row.category_id,
   status: row.status,
+});
+
+/**
+ * A created animal's event data: the Pet as createPet's 201 writes it (the schema's order, every
+ * int64 digit), so an event's `data` and the 201 body are the same bytes. PostgreSQL builds the
+ * same text in SQL (postgres.ts, PET_JSON); test/events-outbox.test.ts holds both to the 201.
+ */
+export const petJson = (pet: PetRecord): string =>
+  `{"id":${pet.id},"name":${JSON.stringify(pet.name)},"categoryId":${pet.categoryId},"status":"${pet.status}"}`;
+
+/** An `events` row as both stores read it: SQLite keeps the time as ISO 8601 text (and has no tx: 0). */
+export interface EventRow {
+  tx: bigint;
+  seq: bigint;
+  type: 'pet.created';
+  created_at: Time;
+  data: string;
+}
+
+export const toEvent = (row: EventRow): EventRecord => ({
+  position: { tx: row.tx, seq: row.seq },
+  type: row.type,
+  createdAt: new Date(row.created_at),
+  data: row.data,
 });
 
 export const toKey = (row: KeyRow): KeyRecord => ({

@@ -1,10 +1,12 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import { systemClock, type Clock } from '../clock.js';
 import { processCounts } from './process-counts.js';
 import { groupCommits, retrying, type RetryOptions } from './group-commit.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import { readTurns } from './read-turns.js';
+import { sqliteWebhooks } from './sqlite-webhooks.js';
 import type { PetStatus } from '../schemas.js';
 import {
   ACTIVE_KEY_COLUMNS,
@@ -12,17 +14,21 @@ import {
   EXPIRED_PER_CREATE,
   idempotencyValues,
   KEY_COLUMNS,
+  petJson,
+  toEvent,
   refuseRoll,
   replayFor,
   toActiveKey,
   toKey,
   writeScopes,
   type ActiveKeyRow,
+  type EventRow,
   type IdempotencyRow,
   type KeyRow,
 } from './rows.js';
 import {
   StoreUnavailableError,
+  type EventQuery,
   type IdempotencyClaim,
   type KeyRoll,
   type KeyUse,
@@ -51,6 +57,9 @@ type PetTuple = [bigint, string, bigint, PetRecord['status']];
 export const LIST_ALL = 'SELECT id, name, category_id, status FROM pets WHERE id > ? ORDER BY id LIMIT +?';
 export const LIST_BY_STATUS =
   'SELECT id, name, category_id, status FROM pets WHERE status = +? AND id > ? ORDER BY id LIMIT +?';
+/** The feed's page, its LIMIT written as the pages' are. Writers take turns: seq is commit order, tx always 0. */
+export const LIST_EVENTS =
+  'SELECT 0 AS tx, seq, type, created_at, data FROM events WHERE seq > ? ORDER BY seq LIMIT +?';
 
 const fromTuple = (row: PetTuple): PetRecord => ({ id: row[0], name: row[1], categoryId: row[2], status: row[3] });
 
@@ -117,9 +126,12 @@ export function openSqliteStore(
   path: string,
   {
     busyTimeoutMs = 5000,
+    clock = systemClock,
     maxPageCount,
   }: {
     busyTimeoutMs?: number;
+    /** The time an event is stamped with (its createdAt), which retention compares. */
+    clock?: Clock;
     /** Most pages the file may have (PRAGMA max_page_count): past it, writes fail as on a full disk. */
     maxPageCount?: number;
   } = {},
@@ -143,6 +155,13 @@ export function openSqliteStore(
   const prepare = () => ({
     insertPet: db.prepare('INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)'),
     deletePet: db.prepare('DELETE FROM pets WHERE id = ?'),
+    insertEvent: db.prepare('INSERT INTO events (type, created_at, data) VALUES (?, ?, ?)'),
+    deleteEvent: db.prepare('DELETE FROM events WHERE seq = ?'),
+    listEvents: db.prepare<[bigint, number], EventRow>(LIST_EVENTS),
+    // Among the `limit` oldest only: the work is bounded whatever the table holds.
+    pruneEvents: db.prepare(
+      'DELETE FROM events WHERE seq IN (SELECT seq FROM events ORDER BY seq LIMIT +?) AND created_at < ?',
+    ),
     getPet: db.prepare<[bigint], PetTuple>('SELECT id, name, category_id, status FROM pets WHERE id = ?').raw(true),
     listAll: db.prepare<[bigint, number], PetTuple>(LIST_ALL).raw(true),
     listByStatus: db.prepare<[string, bigint, number], PetTuple>(LIST_BY_STATUS).raw(true),
@@ -209,7 +228,7 @@ export function openSqliteStore(
     reads.end();
     return s;
   };
-  // CONTRACT.md, Limits: a call that cannot get a lock another process holds gets
+  // docs/api.md#limits: a call that cannot get a lock another process holds gets
   // StoreUnavailableError (503) PETSTORE_DB_TIMEOUT_MS after it was first refused, and never
   // blocks the thread for more than one BUSY_WAIT_MS per try meanwhile. Every Store method that
   // reads or writes the file goes through this once, or through the group commit, which retries
@@ -254,6 +273,16 @@ export function openSqliteStore(
     const { lastInsertRowid } = ready().insertPet.run(pet.name, pet.categoryId, pet.status);
     return { id: BigInt(lastInsertRowid), ...pet };
   };
+  // The outbox (docs/events.md): the event is written after its animal, in the same transaction.
+  const insertEvent = (pet: PetRecord) =>
+    ready().insertEvent.run('pet.created', new Date(clock.now()).toISOString(), petJson(pet)).lastInsertRowid;
+  // Two statements: better-sqlite3 makes it a SAVEPOINT inside the group's transaction, so an
+  // animal is never stored without its event, nor an event without its animal.
+  const createOne = db.transaction((pet: NewPetRecord): PetRecord => {
+    const created = insertPet(pet);
+    insertEvent(created);
+    return created;
+  });
   // Called inside the group's IMMEDIATE transaction, so better-sqlite3 makes it a SAVEPOINT: the
   // check and the insert hold the write lock together (two processes on one file cannot both
   // find the key unused), and a claim that fails is undone alone; a replay or a mismatch is an
@@ -266,7 +295,9 @@ export function openSqliteStore(
     const replay = replayFor(row, claim);
     if (replay) return replay;
     if (row) s.deleteIdempotency.run(apiKeyId, claim.key);
-    const response = respond(insertPet(pet));
+    const created = insertPet(pet);
+    insertEvent(created);
+    const response = respond(created);
     s.insertIdempotency.run(apiKeyId, ...idempotencyValues(claim, response));
     return { kind: 'created', response };
   });
@@ -275,18 +306,24 @@ export function openSqliteStore(
   const creates = groupCommits(
     db,
     (create: NewPetRecord | OnceCreate): PetRecord | OnceOutcome =>
-      'claim' in create ? createOnce(create) : insertPet(create),
+      'claim' in create ? createOnce(create) : createOne(create),
     { oneStatementEach: true, retry: busyRetry, beforeWrite: reads.end },
   );
 
-  // A write that reaches the disk, as a create does (it costs an id, never shown): see InstrumentedStore.
+  // A write that reaches the disk as a create does, an animal and its event (it costs an id and
+  // a sequence number, never shown): see InstrumentedStore.
   const probeWrite = async () => {
     const s = forWriting();
-    db.transaction(() => s.deletePet.run(s.insertPet.run('write probe', 0n, 'available').lastInsertRowid)).immediate();
+    db.transaction(() => {
+      const pet = insertPet({ name: 'write probe', categoryId: 0n, status: 'available' });
+      s.deleteEvent.run(insertEvent(pet));
+      s.deletePet.run(pet.id);
+    }).immediate();
   };
 
   const store: Store = {
     idsVisibleInOrder: true,
+    webhooks: sqliteWebhooks(db, { whileBusy, beforeWrite: reads.end }),
     isDiskError,
     probeWrite,
     // One process uses a SQLite file: the counts are this process's own.
@@ -350,23 +387,56 @@ export function openSqliteStore(
       return creates.call({ pet, claim, respond }) as Promise<OnceOutcome>;
     },
 
-    async getPet(id: bigint) {
-      return whileBusy(() => {
-        const row = forReading().getPet.get(id);
-        return row && fromTuple(row);
-      });
+    // better-sqlite3 reads synchronously: the row itself, a promise only while a lock is waited
+    // for (whileBusy) or for a failure (Read).
+    getPet(id: bigint) {
+      try {
+        return whileBusy(() => {
+          const row = forReading().getPet.get(id);
+          return row && fromTuple(row);
+        });
+      } catch (error) {
+        return Promise.reject(error);
+      }
     },
 
-    async listPets({ status, afterId = 0n, limit }: ListQuery) {
-      return whileBusy(() => {
-        const s = forReading();
-        const rows = status ? s.listByStatus.all(status, afterId, limit) : s.listAll.all(afterId, limit);
-        return rows.map(fromTuple);
-      });
+    listPets({ status, afterId = 0n, limit }: ListQuery) {
+      try {
+        return whileBusy(() => {
+          const s = forReading();
+          const rows = status ? s.listByStatus.all(status, afterId, limit) : s.listAll.all(afterId, limit);
+          return rows.map(fromTuple);
+        });
+      } catch (error) {
+        return Promise.reject(error);
+      }
     },
 
     async countPetsByStatus() {
       return whileBusy(() => countByStatus(forReading().countByStatus.all()));
+    },
+
+    // Writers take turns, so seq is commit order: every event is visible once listed after.
+    async listEvents({ after, limit }: EventQuery) {
+      // A position with a transaction id was never issued here: it sorts after every event.
+      if (after && after.tx !== 0n) return [];
+      return whileBusy(() =>
+        forReading()
+          .listEvents.all(after?.seq ?? 0n, limit)
+          .map(toEvent),
+      );
+    },
+
+    // Background work: like the key-use batches, it never waits for a lock another process
+    // holds (busy_timeout 0); refused, it is tried again at the next round.
+    async pruneEvents(before: Date, limit: number) {
+      const s = forWriting();
+      db.pragma('busy_timeout = 0');
+      try {
+        return s.pruneEvents.run(limit, before.toISOString()).changes;
+      } finally {
+        db.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
+      }
     },
 
     async createKey(key: NewKeyRecord) {

@@ -1,5 +1,5 @@
-import type { Scope } from '../schemas.js';
-import type { PetStatus } from '../schemas.js';
+import type { PetStatus, Scope } from '../schemas.js';
+import type { WebhookStore } from './webhooks.js';
 
 export interface PetRecord {
   id: bigint;
@@ -14,6 +14,30 @@ export interface ListQuery {
   status?: PetStatus;
   /** Only animals with a greater id: keyset paging, never OFFSET. */
   afterId?: bigint;
+  limit: number;
+}
+
+/**
+ * Where an event stands in the feed's order: the id of the transaction that wrote it (PostgreSQL;
+ * always 0 on SQLite, whose writers take turns), then its sequence number.
+ */
+export interface EventPosition {
+  tx: bigint;
+  seq: bigint;
+}
+
+/** A row of the outbox: one event, written in the transaction that stored what it announces. */
+export interface EventRecord {
+  position: EventPosition;
+  type: 'pet.created';
+  createdAt: Date;
+  /** The announced object as JSON text, exactly as the API answered it (every int64 digit kept). */
+  data: string;
+}
+
+export interface EventQuery {
+  /** Only events after this position; from the oldest kept without it. */
+  after?: EventPosition;
   limit: number;
 }
 
@@ -39,7 +63,7 @@ export interface NewKeyRecord {
   hint: string;
   hash: Buffer;
   createdAt: Date;
-  /** All three when absent, as every key issued before scopes existed. */
+  /** pets:read, pets:write and metrics:read when absent, as every key issued before scopes existed. */
   scopes?: Scope[];
   expiresAt?: Date | null;
 }
@@ -108,6 +132,14 @@ export interface KeyUse {
 }
 
 /**
+ * A read's answer: the value itself when the store has it at once (SQLite, reading in the
+ * calling turn with no lock in the way), else a promise of it. A failure is always a rejected
+ * promise, never a throw. `await` takes either; code on every request tells them apart
+ * (`instanceof Promise`) and makes no promise for a value it already has.
+ */
+export type Read<T> = T | Promise<T>;
+
+/**
  * Everything the service keeps. Implementations know SQL; nothing above them does, and they
  * know nothing of HTTP.
  */
@@ -119,6 +151,8 @@ export interface Store {
    * after a higher one: false there.
    */
   readonly idsVisibleInOrder: boolean;
+  /** Webhook endpoints, their deliveries and attempts (docs/webhooks.md). */
+  readonly webhooks: WebhookStore;
 
   /**
    * Applies the migrations not yet applied; returns their names. `onApplied` hears of each one
@@ -132,25 +166,42 @@ export interface Store {
   /** True when `error` says the disk failed (full, or an I/O error), not the request. */
   isDiskError(error: unknown): boolean;
 
-  /** Resolves once the animal is durable. */
+  /**
+   * Resolves once the animal is durable, with its `pet.created` event, written in the same
+   * transaction (the outbox: docs/events.md), its `createdAt` read from the store's clock.
+   */
   createPet(pet: NewPetRecord): Promise<PetRecord>;
   /**
    * Creates the animal unless `claim` was already used: then the stored first response.
-   * The animal and the response `respond` makes for it are stored in one transaction.
+   * The animal, its event and the response `respond` makes for it are stored in one transaction;
+   * a replay or a mismatch writes nothing.
    */
   createPetOnce(
     pet: NewPetRecord,
     claim: IdempotencyClaim,
     respond: (pet: PetRecord) => StoredResponse,
   ): Promise<OnceOutcome>;
-  getPet(id: bigint): Promise<PetRecord | undefined>;
-  /** Ascending id. */
-  listPets(query: ListQuery): Promise<PetRecord[]>;
+  /** Answers at once where the store can (see Read). */
+  getPet(id: bigint): Read<PetRecord | undefined>;
+  /** Ascending id. Answers at once where the store can (see Read). */
+  listPets(query: ListQuery): Read<PetRecord[]>;
   /**
    * How many animals have each status, counted at most PET_COUNTS_MAX_AGE_MS ago; every status
    * is present, 0 when none. Cheap whatever the number of animals: no scan on each call.
    */
   countPetsByStatus(): Promise<Record<PetStatus, number>>;
+
+  /**
+   * Events in position order, after `query.after`. Never one before an event that is not yet
+   * visible: a page, once listed, is never followed by an event that sorts before its last one,
+   * whatever the instances write meanwhile.
+   */
+  listEvents(query: EventQuery): Promise<EventRecord[]>;
+  /**
+   * Deletes events created before `before`, at most `limit`, oldest first; resolves to how many.
+   * Looks at no more than the `limit` oldest events: bounded work whatever the table holds.
+   */
+  pruneEvents(before: Date, limit: number): Promise<number>;
 
   createKey(key: NewKeyRecord): Promise<KeyRecord>;
   /**

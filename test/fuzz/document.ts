@@ -139,7 +139,7 @@ export class DocumentChecker {
   check(method: string, url: string, response: WireResponse): string | undefined {
     const { status } = response;
     if (status >= 500) return `answered ${status}: ${response.body.slice(0, 300)}`;
-    // CONTRACT.md Limits: every 429, whichever limit sent it, names its wait and its policy.
+    // docs/api.md#limits: every 429, whichever limit sent it, names its wait and its policy.
     if (status === 429) {
       const missing = ['retry-after', 'ratelimit-policy', 'ratelimit'].filter((name) => !response.headers[name]);
       if (missing.length > 0) return `a 429 without ${missing.join(', ')}`;
@@ -153,7 +153,7 @@ export class DocumentChecker {
       schemas = operation.responses.get(String(status));
     } else {
       const listed = this.#paths.some((template) => matches(template, url));
-      // What the HTTP layer refuses before any route runs (CONTRACT.md Limits and Errors).
+      // What the HTTP layer refuses before any route runs (docs/api.md#limits, docs/api.md#errors).
       const allowed = [listed ? 405 : 404, 400, 408, 414, 431];
       if (!allowed.includes(status)) {
         return `${method} ${url.slice(0, 80)} is outside the document's operations and answered ${status}, not one of ${allowed.join(', ')}`;
@@ -186,7 +186,7 @@ export class DocumentChecker {
       if (status !== response.status || this.catalogue.get(code) !== status) {
         return `Error body ${code}/${status} on a ${response.status} answer (catalogue: ${code} is ${this.catalogue.get(code)})`;
       }
-      // CONTRACT.md Errors: one line, no control character or lone surrogate, however sent.
+      // docs/hardening.md#error-messages: one line, no control character or lone surrogate, however sent.
       const { message } = body as { message: string };
       if (UNPRINTABLE.test(message) || message.length > MESSAGE_LIMIT) {
         return `the Error message is not one short printable line: ${JSON.stringify(message.slice(0, 300))}`;

@@ -78,7 +78,7 @@ async function snapshot(store: Store): Promise<string[]> {
   return (await store.listPets({ limit: 1_000_000 })).map(row);
 }
 
-/** The key an Idempotency-Key value names: bare, or a quoted string (CONTRACT.md createPet). */
+/** The key an Idempotency-Key value names: bare, or a quoted string (docs/api.md#safe-retries-idempotency-key). */
 function idempotencyKeyOf(value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
   const trimmed = value.trim();

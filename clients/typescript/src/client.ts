@@ -9,6 +9,10 @@ export type NewPet = components['schemas']['NewPet'];
 export type PetStatus = components['schemas']['PetStatus'];
 /** `limit` (1..100), `status`, and the `cursor` of a next page. */
 export type ListPetsQuery = NonNullable<paths['/pets']['get']['parameters']['query']>;
+/** A `pet.created` event: `data` is the animal as createPet answered it. */
+export type Event = components['schemas']['Event'];
+/** `limit` (1..100) and `after`, the id of the last event already read. */
+export type ListEventsQuery = NonNullable<paths['/events']['get']['parameters']['query']>;
 
 export interface ClientOptions {
   /** The API's base address, as the document's `servers` list it: `https://petstore.example/v1`. */
@@ -25,6 +29,12 @@ export interface PetPage {
   pets: Pet[];
   /** The query of the next page (from `Link: rel="next"`); absent on the last page. */
   next?: ListPetsQuery;
+}
+
+export interface EventPage {
+  events: Event[];
+  /** The query of the next page (from `Link: rel="next"`); absent when no more events follow yet. */
+  next?: ListEventsQuery;
 }
 
 export interface CreatePetOptions {
@@ -104,6 +114,20 @@ export class PetstoreClient {
     }
   }
 
+  /**
+   * One page of events, oldest first (needs a key with the `events:read` scope). Without `next`,
+   * the feed has nothing more yet: ask again later with `after` set to the last event's id.
+   */
+  async listEvents(query: ListEventsQuery = {}): Promise<EventPage> {
+    const { data, error, response } = await this.#send(() =>
+      this.#api.GET('/events', { params: { query }, parseAs: 'text' }),
+    );
+    if (error !== undefined || data === undefined) throw errorFromResponse(response, error);
+    const events = parseBody(data) as Event[];
+    const link = findLink(response.headers.get('link'), 'next', response.url || this.baseUrl);
+    return link ? { events, next: readQuery(link) } : { events };
+  }
+
   /** Adds an animal and returns it as stored, with its new id. */
   async createPet(pet: NewPet, { idempotencyKey, retries = 0 }: CreatePetOptions = {}): Promise<Pet> {
     const key = idempotencyKey ?? (retries > 0 ? globalThis.crypto.randomUUID() : undefined);
@@ -164,8 +188,8 @@ export class PetstoreClient {
   }
 }
 
-function readQuery(link: URL): ListPetsQuery {
+function readQuery<Query>(link: URL): Query {
   const query: Record<string, string | number> = {};
   for (const [name, value] of link.searchParams) query[name] = name === 'limit' ? Number(value) : value;
-  return query as ListPetsQuery;
+  return query as Query;
 }

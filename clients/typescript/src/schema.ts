@@ -47,6 +47,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List events, oldest first, a page at a time
+         * @description Every event the service wrote and still keeps (PETSTORE_EVENT_RETENTION, 30 days by default), oldest first, after the event named by `after`. When more events follow than `limit`, the response carries `Link: <…&after=…>; rel="next"`. Following those links visits every event exactly once, in order, even while animals are being created by any number of instances; at the end of the feed, keep the last id and ask again later with `after`.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -90,6 +110,26 @@ export interface components {
              */
             categoryId: bigint;
             status: components["schemas"]["PetStatus"];
+        };
+        /** @description Something that happened in the catalogue, written in the same transaction as the change it announces. */
+        Event: {
+            /**
+             * @description Unique; opaque, but ordered: ids increase in the order the feed lists events, and compare as plain strings in that order.
+             * @example evt_00000000000005e2000000000000002a
+             */
+            id: string;
+            /**
+             * @description What happened: pet.created, an animal was added (data is the animal).
+             * @enum {string}
+             */
+            type: "pet.created";
+            /**
+             * Format: date-time
+             * @description When the event was written, RFC 3339 in UTC, to the millisecond.
+             * @example 2026-11-22T10:00:00.123Z
+             */
+            createdAt: string;
+            data: components["schemas"]["Pet"];
         };
         Error: {
             /**
@@ -796,6 +836,220 @@ export interface operations {
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description uri_too_long: the URL is over 8 KiB; refused before the key is read. */
+            414: {
+                headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: the API key made too many requests in this window, or the key was refused and its address had sent too many refused keys in this window (a valid key from that address is still served). */
+            429: {
+                headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds until requests are admitted again. */
+                    "Retry-After"?: string;
+                    /** @description The policy that refused the request: the API key's `"default";q=<requests>;w=<seconds>`, or the address's `"refused-keys";q=<refused keys>;w=<seconds>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"<policy>";r=0;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description headers_too_large: the request headers are over 16 KiB in all. */
+            431: {
+                headers: {
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The connection is closed after this answer. */
+                    Connection?: "close";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description internal_error: the service failed; the request may be retried. */
+            500: {
+                headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description unavailable: the database cannot be reached; retry later. */
+            503: {
+                headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: {
+                /** @description after must be the id of an event as the feed listed it (evt_ and 32 lowercase hexadecimal digits); the page starts after it. */
+                after?: string;
+                /** @description limit must be an integer from 1 to 100, written in decimal digits with no sign and no leading zero. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events, oldest first. */
+            200: {
+                headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description RFC 8288: the next page, rel="next", when more events follow. */
+                    Link?: string;
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Event"][];
+                };
+            };
+            /** @description invalid_request: a query parameter is invalid, repeated or unknown; or the request is not valid HTTP/1.1, refused before its key is read. */
+            400: {
+                headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The API key's quota `"default";q=<requests>;w=<seconds>` once the key was counted; for a request refused before its key was read (malformed HTTP or framing), the client address's `"refused-keys";q=<refused keys>;w=<seconds>` while that limit is on. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of that policy: `"<policy>";r=<left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description unauthorized: the API key is missing, not Bearer, unknown, revoked or expired. A key sent and refused counts against the client address's refused-key limit; a request without usable credentials does not, but its answer shows what is left. */
+            401: {
+                headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description Bearer realm="petstore", with error="invalid_token" when a key was sent and refused (RFC 6750). */
+                    "WWW-Authenticate"?: "Bearer realm=\"petstore\"" | "Bearer realm=\"petstore\", error=\"invalid_token\"";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden: the API key is valid but does not hold the scope events:read. The request counts against the key's rate limit, which is judged first: past it, the answer is 429. */
+            403: {
+                headers: {
+                    /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
+                    "X-Request-Id"?: string;
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description Bearer realm="petstore", error="insufficient_scope", scope="events:read" (RFC 6750 section 3.1). */
+                    "WWW-Authenticate"?: "Bearer realm=\"petstore\", error=\"insufficient_scope\", scope=\"events:read\"";
+                    /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
+                    RateLimit?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description request_timeout: the request was not received in time; the connection is closed. A 408 for headers that did not arrive carries the refused-key fields; one for a body that stopped arriving, after the key was counted, carries none. */
+            408: {
+                headers: {
+                    /** @description Answers are per key and change with every write. */
+                    "Cache-Control"?: "no-store";
+                    /** @description Browsers take the Content-Type as sent. */
+                    "X-Content-Type-Options"?: "nosniff";
+                    /** @description The connection is closed after this answer. */
+                    Connection?: "close";
+                    /** @description The client address's quota of refused API keys: `"refused-keys";q=<refused keys>;w=<seconds>`; sent while that limit is on (PETSTORE_AUTH_FAILURE_LIMIT, on by default), absent when it is off. */
+                    "RateLimit-Policy"?: string;
+                    /** @description What is left of it: `"refused-keys";r=<refused keys left>;t=<seconds until the window ends>`. Past it, a refused key gets 429. */
                     RateLimit?: string;
                     [name: string]: unknown;
                 };

@@ -1,0 +1,228 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { Webhook } from 'standardwebhooks';
+import { issueKey } from '../src/keys/issue.js';
+import { manualClock, startApp } from './helpers.js';
+import { storeKinds, type StoreKind } from './stores.js';
+import { addEndpoint, startReceiver, testRelay, webhooksCli } from './webhooks.js';
+
+/** The service on a fresh database of `kind` (real time: signatures carry it), and the feed as text. */
+async function appOn(t: TestContext, kind: StoreKind) {
+  const database = await kind.createDatabase(t);
+  const store = database.open();
+  await store.migrate();
+  const app = await startApp(t, { store, clock: manualClock(Date.now()) });
+  const { key } = await issueKey(store, 'feed reader', new Date(), { scopes: ['events:read'] });
+  const feed = async () => {
+    const response = await app.app.inject({
+      method: 'GET',
+      url: '/v1/events?limit=100',
+      headers: { authorization: `Bearer ${key}` },
+    });
+    assert.equal(response.statusCode, 200, response.body);
+    return response.body;
+  };
+  const create = async (pet: string) => {
+    const response = await app.call({
+      method: 'POST',
+      url: '/v1/pets',
+      payload: pet,
+      headers: { 'content-type': 'application/json' },
+    });
+    assert.equal(response.statusCode, 201, response.body);
+    return response.body;
+  };
+  return { ...app, store, database, feed, create };
+}
+
+for (const kind of storeKinds) {
+  const it = (name: string, fn: (t: TestContext) => Promise<void>) =>
+    test(`${kind.name}: ${name}`, { skip: kind.skip }, fn);
+
+  it('delivers each event once, signed so that standardwebhooks verifies it, the body the feed item byte for byte', async (t) => {
+    const { store, feed, create } = await appOn(t, kind);
+    const receiver = await startReceiver(t);
+    const endpoint = await addEndpoint(store, receiver.url, ['--description', 'search index']);
+    assert.match(endpoint.secret, /^whsec_[A-Za-z0-9+/]{43}=$/);
+    assert.ok(Buffer.from(endpoint.secret.slice(6), 'base64').length >= 24);
+    const bodies = [
+      await create('{"name":"Rex","categoryId":9223372036854775807}'),
+      await create('{"name":"é \\" 😀","categoryId":-9223372036854775808,"status":"sold"}'),
+    ];
+    testRelay(t, store);
+    const got = await receiver.waitFor(2);
+    const verifier = new Webhook(endpoint.secret);
+    const items = JSON.parse(await feed()) as { id: string }[];
+    const text = await feed();
+    // Attempts run side by side: the requests may arrive in either order.
+    assert.deepEqual(
+      got.map((request) => request.headers['webhook-id']).sort(),
+      items.map((item) => item.id),
+    );
+    for (const request of got) {
+      const i = items.findIndex((item) => item.id === request.headers['webhook-id']);
+      assert.equal(request.headers['content-type'], 'application/json');
+      assert.match(String(request.headers['webhook-timestamp']), /^[0-9]{10}$/);
+      verifier.verify(request.body, request.headers as Record<string, string>);
+      // The feed's own text of the event: between its id and the next event (or the end).
+      const start = text.indexOf(`{"id":"${items[i]!.id}"`);
+      const end = i + 1 < items.length ? text.indexOf(`,{"id":"${items[i + 1]!.id}"`) : text.length - 1;
+      assert.equal(request.body, text.slice(start, end));
+      assert.ok(request.body.endsWith(`"data":${bodies[i]}}`), 'data is the 201 body, every int64 digit kept');
+    }
+    assert.throws(() =>
+      new Webhook(`whsec_${Buffer.alloc(32, 1).toString('base64')}`).verify(
+        got[0]!.body,
+        got[0]!.headers as Record<string, string>,
+      ),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(receiver.received.length, 2, 'a success is not sent again');
+    const { out } = await webhooksCli(store, ['list', '--json']);
+    const listed = JSON.parse(out[0]!) as { waiting: number; lastSuccessAt: string | null; state: string };
+    assert.equal(listed.state, 'enabled');
+    assert.equal(listed.waiting, 0);
+    assert.notEqual(listed.lastSuccessAt, null);
+  });
+
+  it('retries a receiver that fails its first attempts, with growing waits, until it succeeds', async (t) => {
+    const { store, create } = await appOn(t, kind);
+    const receiver = await startReceiver(
+      t,
+      (_request, index, response) => void response.writeHead(index < 3 ? 503 : 200).end('busy'),
+    );
+    const endpoint = await addEndpoint(store, receiver.url);
+    await create('{"name":"Rex","categoryId":1}');
+    const { lines } = testRelay(t, store, { env: { PETSTORE_WEBHOOK_RETRY_MS: '40' } });
+    const got = await receiver.waitFor(4);
+    const ids = new Set(got.map((r) => r.headers['webhook-id']));
+    assert.equal(ids.size, 1, 'the same event each time');
+    const gaps = got.slice(1).map((r, i) => r.at - got[i]!.at);
+    // 40 ms, 80 ms, 160 ms, each up to half as much again: never sooner.
+    assert.ok(gaps[0]! >= 35 && gaps[1]! >= 75 && gaps[2]! >= 155, `gaps ${gaps.join(', ')}`);
+    assert.ok(gaps[2]! > gaps[0]!, `gaps grow: ${gaps.join(', ')}`);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(receiver.received.length, 4);
+    const failed = lines.filter((line) => line.msg === 'webhook attempt failed; retrying');
+    assert.equal(failed.length, 3, 'one log line per failed attempt');
+    assert.ok(!JSON.stringify(lines).includes(endpoint.secret.slice(6)), 'no secret logged');
+    const { out } = await webhooksCli(store, ['deliveries', String(endpoint.id), '--json']);
+    const attempts = out.map((line) => JSON.parse(line) as { attempt: number; status: number; error: string | null });
+    assert.deepEqual(
+      attempts.map((a) => [a.attempt, a.status]),
+      [
+        [4, 200],
+        [3, 503],
+        [2, 503],
+        [1, 503],
+      ],
+    );
+    assert.equal(attempts[0]!.error, null);
+    assert.equal(attempts[1]!.error, 'HTTP 503');
+    const table = (await webhooksCli(store, ['deliveries', String(endpoint.id)])).out;
+    assert.equal(table[0], 'EVENT\tATTEMPT\tAT\tRESULT\tDURATION');
+    assert.match(table[1]!, /^evt_[0-9a-f]{32}\t4\t[0-9T:.Z-]+\tHTTP 200\t[0-9]+ ms$/);
+    assert.match(table[2]!, /^evt_[0-9a-f]{32}\t3\t[0-9T:.Z-]+\tHTTP 503\t[0-9]+ ms$/);
+  });
+
+  it('never follows a redirect: a 3xx is a failed attempt, and the target is never called', async (t) => {
+    const { store, create } = await appOn(t, kind);
+    const target = await startReceiver(t);
+    const receiver = await startReceiver(
+      t,
+      (_request, _index, response) => void response.writeHead(307, { location: target.url }).end(),
+    );
+    const endpoint = await addEndpoint(store, receiver.url);
+    await create('{"name":"Rex","categoryId":1}');
+    testRelay(t, store, { env: { PETSTORE_WEBHOOK_RETRY_MS: '10000' } });
+    await receiver.waitFor(1);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(target.received.length, 0);
+    const { out } = await webhooksCli(store, ['deliveries', String(endpoint.id), '--json']);
+    const [attempt] = out.map((line) => JSON.parse(line) as { status: number; error: string });
+    assert.equal(attempt!.status, 307);
+    assert.match(attempt!.error, /redirect/);
+  });
+
+  it('checks the URL policy again before each attempt: an http host no longer allowed is not called', async (t) => {
+    const { store, create } = await appOn(t, kind);
+    const receiver = await startReceiver(t);
+    const endpoint = await addEndpoint(store, receiver.url);
+    await create('{"name":"Rex","categoryId":1}');
+    const { relay } = testRelay(t, store, { env: { PETSTORE_WEBHOOK_ALLOW_HTTP: 'localhost' } });
+    for (let i = 0; i < 100; i++) {
+      const { out } = await webhooksCli(store, ['deliveries', String(endpoint.id), '--json']);
+      if (out.length > 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await relay.stop(100);
+    assert.equal(receiver.received.length, 0);
+    const { out } = await webhooksCli(store, ['deliveries', String(endpoint.id), '--json']);
+    const attempt = JSON.parse(out[0]!) as { status: number | null; error: string };
+    assert.equal(attempt.status, null);
+    assert.match(attempt.error, /^URL refused: only https:\/\/ URLs are allowed/);
+  });
+
+  it('signs with the old and the new secret during a roll, with the new one alone after the grace', async (t) => {
+    const { store, create } = await appOn(t, kind);
+    const receiver = await startReceiver(t);
+    const endpoint = await addEndpoint(store, receiver.url);
+    const rolled = await webhooksCli(store, ['roll', String(endpoint.id), '--grace', '1h', '--json']);
+    assert.equal(rolled.code, 0, rolled.err.join('\n'));
+    const { secret } = JSON.parse(rolled.out[0]!) as { secret: string };
+    assert.notEqual(secret, endpoint.secret);
+    await create('{"name":"Rex","categoryId":1}');
+    testRelay(t, store);
+    const [first] = await receiver.waitFor(1);
+    const headers = first!.headers as Record<string, string>;
+    assert.equal(headers['webhook-signature']!.split(' ').length, 2);
+    new Webhook(endpoint.secret).verify(first!.body, headers);
+    new Webhook(secret).verify(first!.body, headers);
+
+    const again = await webhooksCli(store, ['roll', String(endpoint.id), '--grace', '0', '--json']);
+    const { secret: third } = JSON.parse(again.out[0]!) as { secret: string };
+    await create('{"name":"Fido","categoryId":2}');
+    const [, second] = await receiver.waitFor(2);
+    const later = second!.headers as Record<string, string>;
+    assert.equal(later['webhook-signature']!.split(' ').length, 1);
+    new Webhook(third).verify(second!.body, later);
+    assert.throws(() => new Webhook(secret).verify(second!.body, later));
+  });
+
+  it('gives an event up after the give-up period and disables an endpoint that failed all of it', async (t) => {
+    const { store, create } = await appOn(t, kind);
+    const receiver = await startReceiver(t, (_request, _index, response) => void response.writeHead(500).end());
+    const endpoint = await addEndpoint(store, receiver.url);
+    await create('{"name":"Rex","categoryId":1}');
+    const { lines } = testRelay(t, store, {
+      env: { PETSTORE_WEBHOOK_GIVE_UP: '1s', PETSTORE_WEBHOOK_RETRY_MS: '100' },
+    });
+    for (const deadline = Date.now() + 8000; Date.now() < deadline;) {
+      if (lines.some((line) => line.level === 'error')) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const disabled = lines.find((line) => line.level === 'error');
+    assert.match(String(disabled?.msg), /webhook endpoint disabled/);
+    assert.ok(lines.some((line) => line.msg === 'webhook attempt failed; the event is given up'));
+    const count = receiver.received.length;
+    assert.ok(count >= 3, `${count} attempts`);
+    const { out } = await webhooksCli(store, ['list', '--json']);
+    const listed = JSON.parse(out[0]!) as { state: string; waiting: number; disabledAt: string | null };
+    assert.equal(listed.state, 'disabled');
+    assert.equal(listed.waiting, 0, 'the event was given up');
+    assert.equal((await store.webhooks.stats()).disabled, 1);
+    await create('{"name":"Fido","categoryId":1}');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(receiver.received.length, count, 'a disabled endpoint is sent nothing');
+
+    const enabled = await webhooksCli(store, ['enable', String(endpoint.id)]);
+    assert.equal(enabled.code, 0);
+    const { out: after } = await webhooksCli(store, ['list', '--json']);
+    assert.equal((JSON.parse(after[0]!) as { state: string; waiting: number }).state, 'enabled');
+    assert.equal(
+      (JSON.parse(after[0]!) as { waiting: number }).waiting,
+      0,
+      'events from while it was disabled are not owed',
+    );
+  });
+}

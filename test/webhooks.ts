@@ -1,0 +1,112 @@
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { TestContext } from 'node:test';
+import { loadConfig } from '../src/config.js';
+import type { Clock } from '../src/clock.js';
+import { runWebhooksCommand } from '../src/cli/webhooks.js';
+import { startRelay, type RelayOptions } from '../src/events/relay.js';
+import type { Store } from '../src/store/store.js';
+
+export interface Received {
+  headers: IncomingHttpHeaders;
+  body: string;
+  at: number;
+}
+
+/**
+ * A webhook receiver on loopback, closed after the test: `answer` decides each reply (by the
+ * request's number, from 0); every request is kept in `received`, in arrival order.
+ */
+export async function startReceiver(
+  t: TestContext,
+  answer: (request: Received, index: number, response: ServerResponse) => void = (_r, _i, response) =>
+    void response.writeHead(204).end(),
+) {
+  const received: Received[] = [];
+  const waiters: (() => void)[] = [];
+  const server = createServer((request: IncomingMessage, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const got = { headers: request.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now() };
+      const index = received.push(got) - 1;
+      for (const wake of waiters.splice(0)) wake();
+      answer(got, index, response);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => {
+    server.closeAllConnections();
+    return new Promise((resolve) => server.close(resolve));
+  });
+  const { port } = server.address() as AddressInfo;
+  /** Resolves once `count` requests have arrived; rejects after `ms`. */
+  const waitFor = async (count: number, ms = 10_000) => {
+    const deadline = Date.now() + ms;
+    while (received.length < count) {
+      if (Date.now() > deadline) throw new Error(`the receiver got ${received.length} requests, not ${count}`);
+      await new Promise<void>((resolve) => {
+        waiters.push(resolve);
+        setTimeout(resolve, 50);
+      });
+    }
+    return received;
+  };
+  return { url: `http://127.0.0.1:${port}/hook`, port, received, waitFor, server };
+}
+
+/** The relay's settings for loopback receivers: small retry and give-up, http allowed on 127.0.0.1. */
+export function relayConfig(env: Record<string, string> = {}) {
+  return loadConfig({
+    PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1',
+    PETSTORE_WEBHOOK_RETRY_MS: '20',
+    PETSTORE_WEBHOOK_TIMEOUT_MS: '2000',
+    ...env,
+  });
+}
+
+/** Log lines a relay wrote, as objects with their message in `msg`. */
+export type Lines = Record<string, unknown>[];
+
+/** A relay on `store`, stopped after the test; it polls every 20 ms and logs into `lines`. */
+export function testRelay(
+  t: TestContext,
+  store: Store,
+  { env, ...options }: Partial<Omit<RelayOptions, 'store' | 'config' | 'log'>> & { env?: Record<string, string> } = {},
+) {
+  const lines: Lines = [];
+  const at = (level: string) => (object: object, msg: string) => void lines.push({ level, ...object, msg });
+  const relay = startRelay({
+    store,
+    config: relayConfig(env),
+    log: { info: at('info'), warn: at('warn'), error: at('error') },
+    pollMs: 20,
+    ...options,
+  });
+  t.after(() => relay.stop(500));
+  return { relay, lines };
+}
+
+/** Runs `petstore webhooks …` in process on `store`; resolves to its exit status and output lines. */
+export async function webhooksCli(
+  store: Store,
+  args: string[],
+  { allowHttp = ['127.0.0.1'], now }: { allowHttp?: string[]; now?: Clock } = {},
+) {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await runWebhooksCommand(args, {
+    io: { out: (line) => out.push(line), err: (line) => err.push(line) },
+    withStore: (run) => run(store),
+    allowHttp: () => allowHttp,
+    now: now && (() => new Date(now.now())),
+  });
+  return { code, out, err };
+}
+
+/** Adds an endpoint with `webhooks add --json`, as a script would, and returns what it printed. */
+export async function addEndpoint(store: Store, url: string, extra: string[] = []) {
+  const { code, out, err } = await webhooksCli(store, ['add', url, '--json', ...extra]);
+  if (code !== 0) throw new Error(`webhooks add exited ${code}: ${err.join('\n')}`);
+  return JSON.parse(out[0]!) as { id: number; url: string; description: string; secret: string; state: string };
+}
