@@ -59,6 +59,7 @@ for (const kind of storeKinds) {
       '004_pet_counts',
       '005_key_deprecated_use',
       '006_events',
+      '007_webhooks',
     ];
 
     it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {

@@ -125,7 +125,7 @@ export async function createPostgresSchema(t: TestContext): Promise<string> {
 
 /** What a test may set on a store it opens, besides where its database is. */
 export interface StoreOptions {
-  /** What PostgreSQL's cached animal counts age by. */
+  /** The store's clock: what events are stamped with, and what PostgreSQL's cached animal counts age by. */
   clock?: Clock;
 }
 
@@ -160,7 +160,7 @@ interface MigratedSchema {
   url: string;
   /** What migrating it left: shapeSql's answer. */
   shape: string;
-  /** Deletes every row, children before parents, and restarts every sequence. */
+  /** Deletes every row, children before parents, restarts every sequence, and writes again the rows migrating wrote. */
   emptying: string;
 }
 
@@ -222,9 +222,24 @@ async function emptyingOf(schema: string): Promise<string> {
     order.push(child);
     left.delete(child);
   }
+  // Rows the migrations wrote (event_clock's one row) are written again, parents first.
+  const seeded = (await adminPool(
+    order
+      .map((name) => `SELECT '${name}' AS name, (SELECT json_agg(t) FROM ${schema}.${name} t) AS rows`)
+      .join(' UNION ALL '),
+  )) as pg.QueryResult<{ name: string; rows: unknown[] | null }>;
+  const refills = seeded.rows
+    .filter(({ rows }) => rows !== null)
+    .sort((a, b) => order.indexOf(b.name) - order.indexOf(a.name))
+    .map(({ name, rows }) => {
+      const json = JSON.stringify(rows).replaceAll("'", "''");
+      const table = `${schema}.${name}`;
+      return `INSERT INTO ${table} OVERRIDING SYSTEM VALUE SELECT * FROM json_populate_recordset(NULL::${table}, '${json}');`;
+    });
   return [
     ...order.map((name) => `DELETE FROM ${schema}.${name};`),
     ...sequences.rows.map(({ name }) => `ALTER SEQUENCE ${schema}.${name} RESTART;`),
+    ...refills,
   ].join(' ');
 }
 
@@ -302,7 +317,7 @@ const sqlite: StoreKind = {
     const dir = mkdtempSync(join(tmpdir(), 'petstore-store-'));
     const path = join(dir, 'petstore.db');
     afterTest(t, () => rmSync(dir, { recursive: true, force: true }));
-    const open = closedAfter(t, () => openSqliteStore(path));
+    const open = closedAfter(t, (options) => openSqliteStore(path, options));
     return {
       path,
       open,
