@@ -1,5 +1,8 @@
 import type { PetStatus, Scope } from '../schemas.js';
+import type { EventPosition, EventQuery, EventRecord } from './event-records.js';
 import type { WebhookStore } from './webhooks.js';
+
+export type { EventPosition, EventQuery, EventRecord };
 
 export interface PetRecord {
   id: bigint;
@@ -14,30 +17,6 @@ export interface ListQuery {
   status?: PetStatus;
   /** Only animals with a greater id: keyset paging, never OFFSET. */
   afterId?: bigint;
-  limit: number;
-}
-
-/**
- * Where an event stands in the feed's order: the id of the transaction that wrote it (PostgreSQL;
- * always 0 on SQLite, whose writers take turns), then its sequence number.
- */
-export interface EventPosition {
-  tx: bigint;
-  seq: bigint;
-}
-
-/** A row of the outbox: one event, written in the transaction that stored what it announces. */
-export interface EventRecord {
-  position: EventPosition;
-  type: 'pet.created';
-  createdAt: Date;
-  /** The announced object as JSON text, exactly as the API answered it (every int64 digit kept). */
-  data: string;
-}
-
-export interface EventQuery {
-  /** Only events after this position; from the oldest kept without it. */
-  after?: EventPosition;
   limit: number;
 }
 

@@ -1,4 +1,4 @@
-import type { EventPosition, EventRecord } from './store.js';
+import type { EventPosition, EventRecord } from './event-records.js';
 
 /** A webhook endpoint as `webhooks list` shows it: never its secret. */
 export interface WebhookEndpointRecord {
