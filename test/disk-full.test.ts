@@ -58,8 +58,9 @@ test('SQLite: a file that cannot grow (SQLITE_FULL) answers 503 and /readyz is n
   await assertNotReady(app);
   await assertNotReady(app);
 
-  // Room again: most animals deleted by hand, their pages free for new rows.
+  // Room again: most animals and their events deleted by hand, their pages free for new rows.
   db.prepare('DELETE FROM pets WHERE id <= ?').run(stored - 5);
+  db.prepare('DELETE FROM events WHERE seq <= (SELECT max(seq) FROM events) - 5').run();
   await assertReady(app);
   assert.equal((await postRaw(app, PET, { 'idempotency-key': 'full-1' })).statusCode, 201);
   await assertReady(app);

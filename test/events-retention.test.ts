@@ -59,6 +59,7 @@ for (const kind of storeKinds) {
       assert.deepEqual(await settle(['New 1', 'New 2']), ['New 1', 'New 2']);
       // A reader whose last id was pruned goes on from it.
       const after = await read(`/v1/events?after=${all[0]}`);
+      assert.equal(after.statusCode, 200, after.body);
       assert.deepEqual(
         (after.json() as { data: { name: string } }[]).map((event) => event.data.name),
         ['New 1', 'New 2'],

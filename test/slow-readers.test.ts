@@ -134,6 +134,9 @@ async function fillSlots<T extends { started: Promise<void> }>(open: (address: s
 // made and sent (it differs between Node.js releases), far under the 180 MiB they kept before
 // their answers were bounded.
 const RSS_BOUND_MIB = 80;
+// What 16 clients pipelining 2,000 requests each may add: 65 answers each made and sent, on a
+// loaded machine, still far under the 180 MiB of answering every request of the read.
+const PIPELINER_RSS_BOUND_MIB = 112;
 
 test('clients that pipeline requests and never read the answers are closed after PETSTORE_STALL_TIMEOUT_MS; a new client is served, and RSS stays bounded', async (t) => {
   const stallMs = 1500;
@@ -171,6 +174,8 @@ test('clients that pipeline requests and never read the answers are closed after
 
 test('a client that pipelines 2,000 requests in one write is answered up to 64 waiting behind the first, then closed; RSS stays bounded', async (t) => {
   // Answering every request of the read at once, the service grew by about 11 MiB per such client.
+  // Now each has its 65 admitted requests answered before the close: more answers made and sent
+  // than by a reader that stops, so more garbage for the collector, yet still bounded per client.
   const { port, key, pid } = await serve(t, SLOTS);
   assert.equal(await answerTo(port, WARM_UP), 'HTTP/1.1 200 OK');
   const baseline = rssOf(pid);
@@ -183,7 +188,7 @@ test('a client that pipelines 2,000 requests in one write is answered up to 64 w
   const grew = peak() - baseline;
   t.diagnostic(`new client served after ${Math.round(waited)} ms; RSS +${grew.toFixed(1)} MiB at the peak`);
   assert.ok(performance.now() - begun < 5_000);
-  assert.ok(grew < RSS_BOUND_MIB, `RSS grew by ${grew.toFixed(1)} MiB`);
+  assert.ok(grew < PIPELINER_RSS_BOUND_MIB, `RSS grew by ${grew.toFixed(1)} MiB`);
   const closed = await closedByReason(port, key);
   assert.equal(closed.pipeline_depth, 16, JSON.stringify(closed));
 });
