@@ -55,6 +55,33 @@ export interface RunInfo {
   minutes: number;
   /** The --soak run's minutes, when one ran. */
   soak?: SoakMinute[];
+  /** The events row: webhook delivery to a local receiver, per store (bench/events.ts). */
+  events?: EventsRun[];
+}
+
+/** Webhook delivery on one store while creates run at a steady rate (bench/events.ts). */
+export interface EventsRun {
+  store: 'SQLite' | 'PostgreSQL';
+  /** Creates a second asked for, and how long. */
+  rate: number;
+  seconds: number;
+  /** 201s, and the creates a second they make (first sent to last 201). */
+  created: number;
+  madeRate: number;
+  /** Creates that did not get a 201. */
+  failed: number;
+  /** Events of those 201s delivered, each counted once; further deliveries of one. */
+  delivered: number;
+  duplicates: number;
+  /** 201s whose event had not arrived when the run stopped waiting. */
+  missing: number;
+  /** Events first delivered from the first create sent to the last 201, a second. */
+  deliveredRate: number;
+  /** From the last 201 to the last event's first delivery; NaN when some never arrived. */
+  drainMs: number;
+  /** From a 201 to its event's first delivery. */
+  lagP50Ms: number;
+  lagP99Ms: number;
 }
 
 interface Figures {
@@ -243,6 +270,21 @@ export function soakGrowth(minutes: Pick<SoakMinute, 'peakRss'>[]): {
   return { first, last, growth, met: growth <= TARGETS.soakGrowth };
 }
 
+const orNa = (n: number) => (Number.isNaN(n) ? 'n/a' : int(n));
+
+/** The events row's table (a heading-less block of the report), one line per store. */
+export function renderEvents(runs: EventsRun[]): string[] {
+  return [
+    '| store | creates/s asked (made) | delivered events/s while creating | drain after the last 201 | lag p50 ms | lag p99 ms | delivered | duplicates | missing | failed creates |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    // SQLite's rows first, then PostgreSQL's, each in the order run.
+    ...[...runs.filter((r) => r.store === 'SQLite'), ...runs.filter((r) => r.store !== 'SQLite')].map(
+      (r) =>
+        `| ${r.store} | ${int(r.rate)} (${int(r.madeRate)}) | ${int(r.deliveredRate)} | ${Number.isNaN(r.drainMs) ? 'not drained' : `${int(r.drainMs)} ms`} | ${orNa(r.lagP50Ms)} | ${orNa(r.lagP99Ms)} | ${int(r.delivered)} of ${int(r.created)} | ${r.duplicates} | ${r.missing} | ${r.failed} |`,
+    ),
+  ];
+}
+
 /** The report's pages: bench/results/latest.md, chart.svg, and the summary the other pages copy. */
 export function renderReport(measured: Measured[], info: RunInfo): { latest: string; chart: string; summary: string } {
   const bare = measured.find((m) => m.store === 'bare')!;
@@ -379,6 +421,19 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
     );
   }
 
+  const eventLines: string[] = [];
+  if (info.events?.length) {
+    const rates = [...new Set(info.events.map((run) => int(run.rate)))].join(' and ');
+    eventLines.push(
+      '',
+      '## Events: webhook delivery to a local receiver',
+      '',
+      `The service as shipped on a store of its own (10,000 pets), with \`PETSTORE_WEBHOOK_ALLOW_HTTP=127.0.0.1\` and one endpoint added with \`petstore webhooks add\`: \`bench/receiver.mjs\`, on loopback, answering 204 at once. Creates at a steady ${rates} a second, ${info.events[0]!.seconds} s each (after a warm-up of the same rate, delivered and not counted), each 201 matched with its event's first delivery by the pet's id. "Delivered events/s while creating": events first delivered from the first create to the last 201, a second; "drain": from the last 201 to the last event's delivery; "lag": from a 201 to its event's delivery (the relay looks every half second: docs/webhooks.md#the-relay).`,
+      '',
+      ...renderEvents(info.events),
+    );
+  }
+
   const soakLines: string[] = [];
   if (info.soak) {
     soakLines.push(
@@ -409,6 +464,7 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
     '- "failed": responses that were not 2xx, plus socket errors, summed over the rounds. "CPU µs per answer": the server process\'s user and system CPU time during the sample over the answers it sent (median), from `/proc/<pid>/stat`, kernel loopback work included.',
     `- Stores at the end: ${info.storedAtEnd.map((s) => `${int(s.stored)} pets in the store seeded with ${int(s.pets)}`).join('; ')} (createPet and the mix add to the 10,000 store). WAL file at the end: ${info.walEnd.map((w) => `${mib(w.bytes)} (${int(w.pets)})`).join(', ')}; largest seen after any workload: ${mib(info.walMax)}.`,
     `- Memory before any load (peak RSS from start until the first answer): ${info.startedRss.map((r) => `${r.name} ${mib(r.bytes)}`).join(', ')}.`,
+    '- **Events written**: every create of the service, in the createPet and 90/10 rows, writes its `pet.created` event in the transaction that stores the pet (the outbox: docs/events.md), so those rows, and their targets against the reference row (SQLite) and bare node:http (PostgreSQL), are measured with events written; the reference row writes none. No webhook endpoint is added on those stores (their relays have nothing to send); delivery is measured apart, in "Events" below.',
     `- PostgreSQL: ${info.postgres}; after its write workloads the run does \`VACUUM ANALYZE\`, a \`CHECKPOINT\` and a \`sync\`, so that work does not fall in a later sample.`,
     '',
     '## Summary',
@@ -417,6 +473,7 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
     ...scaleLines,
     ...postgresLines,
     ...extraLines,
+    ...eventLines,
     ...soakLines,
     '',
     '![Throughput as a share of bare node:http GET](chart.svg)',

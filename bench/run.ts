@@ -2,11 +2,13 @@
 // the reference row (bench/minimal.mjs), in interleaved rounds. bench/README.md is the runbook.
 // Options: --pets 10000[,1000000] --rounds 3 --duration 5 --warmup 1 --quick --postgres / --no-postgres
 // --soak <seconds>: then the 90/10 mix on the shipped SQLite service for that long, RSS every minute.
+// --events-rate 250,1000: creates a second of the events rows (webhook delivery, bench/events.ts); 0: none.
 import { copyFileSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
+import { runEvents } from './events.js';
 import { drive, hasWrk, workload, type Sample, type WorkloadName } from './load.js';
 import {
   pinning,
@@ -18,10 +20,12 @@ import {
   startService,
   type Running,
 } from './processes.js';
-import { npmCommand, writeReport, type Measured, type RunInfo, type SoakMinute } from './report.js';
+import { npmCommand, writeReport, type EventsRun, type Measured, type RunInfo, type SoakMinute } from './report.js';
 import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const SERVER_CPU = 1;
+// The events row's receiver runs where wrk does: no wrk runs then.
+const RECEIVER_CPU = 0;
 
 const { values: options } = parseArgs({
   options: {
@@ -34,6 +38,7 @@ const { values: options } = parseArgs({
     'no-postgres': { type: 'boolean', default: false },
     // Seconds of the 90/10 mix on the shipped SQLite service after the rounds, RSS read every minute.
     soak: { type: 'string' },
+    'events-rate': { type: 'string', default: '250,1000' },
   },
 });
 const quick = options.quick;
@@ -51,6 +56,10 @@ if (options.soak !== undefined && !(Number.isInteger(soakSeconds) && soakSeconds
   throw new Error('--soak takes whole seconds, at least 120');
 }
 const SOAK_MINUTE = 60;
+const eventsRates = options['events-rate'].split(',').map(Number);
+if (!eventsRates.every((rate) => rate >= 0)) {
+  throw new Error('--events-rate takes creates a second, comma-separated, 0 for no events row');
+}
 
 const READS: WorkloadName[] = ['list', 'filtered', 'deep', 'pages', 'getPet'];
 
@@ -312,6 +321,9 @@ async function main() {
   }
   addBare(await measure(bareTarget, 'list', seconds));
 
+  const events = eventsRates.some((rate) => rate > 0)
+    ? await eventsRun(targets.some((target) => target.id === 'pg-1'))
+    : undefined;
   const soak = soakSeconds > 0 ? await soakRun(targets.find((target) => target.id === 'sqlite-10000')!) : undefined;
 
   const measured: Measured[] = [];
@@ -348,6 +360,7 @@ async function main() {
     startedAt: new Date(started),
     minutes: (Date.now() - started) / 60_000,
     soak,
+    events,
   };
   for (const target of targets) {
     for (const instance of target.instances) {
@@ -356,6 +369,39 @@ async function main() {
   }
   const files = writeReport(measured, info);
   log(`wrote ${files.join(', ')}`);
+}
+
+/**
+ * The events rows: on a SQLite store of its own, and a PostgreSQL schema of its own when
+ * PostgreSQL was measured, one `seconds × rounds` run of creates at each --events-rate.
+ * Their own stores: every service on a store runs a relay, and the shipped rows' have no endpoint.
+ */
+async function eventsRun(postgres: boolean): Promise<EventsRun[]> {
+  const runs: EventsRun[] = [];
+  const options = { seconds: seconds * rounds, warmup, serverCpu: SERVER_CPU, receiverCpu: RECEIVER_CPU };
+  for (const rate of eventsRates.filter((rate) => rate > 0)) {
+    log(`events: SQLite, ${rate} creates a second for ${options.seconds} s, delivered to a local receiver`);
+    const seeded = seedSqlite(join(temp, `events-${rate}.db`), 10_000);
+    runs.push(await runEvents('SQLite', seeded, { ...options, rate, logFile: logFile(`events-sqlite-${rate}`) }));
+    if (postgres) {
+      log(`events: PostgreSQL, ${rate} creates a second for ${options.seconds} s`);
+      const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_events_${process.pid}`, 10_000);
+      try {
+        runs.push(await runEvents('PostgreSQL', pg, { ...options, rate, logFile: logFile(`events-pg-${rate}`) }));
+      } finally {
+        await pg.drop();
+      }
+    }
+  }
+  for (const run of runs) {
+    log(
+      `  ${run.store}, ${run.rate}/s: ${Math.round(run.deliveredRate)} events/s delivered while creating ` +
+        `(${Math.round(run.madeRate)} creates/s), drained ${run.drainMs.toFixed(0)} ms after the last 201, ` +
+        `lag p50 ${run.lagP50Ms} ms, p99 ${run.lagP99Ms} ms, ${run.missing} missing, ${run.duplicates} duplicates, ` +
+        `${run.failed} failed creates`,
+    );
+  }
+  return runs;
 }
 
 /**

@@ -1,12 +1,14 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
+import { eventFigures, quantile, type Created, type Delivered } from '../bench/events.js';
 import { parseWrk } from '../bench/load.js';
 import { SHIPPED_ENV, START_COMMAND } from '../bench/processes.js';
 import {
   npmCommand,
   pairedRatio,
   referenceRatios,
+  renderEvents,
   renderReport,
   soakGrowth,
   SUMMARY_END,
@@ -15,6 +17,7 @@ import {
   tailOf,
   TARGETS,
   worstOfShippedSqlite,
+  type EventsRun,
   type Measured,
   type RunInfo,
   type SoakMinute,
@@ -315,4 +318,81 @@ test('--soak compares the last minute’s peak RSS with the first warm minute’
   );
   // Without --soak the report says how to run it.
   assert.ok(renderReport(RUN, INFO).summary.includes('not run here: `npm run bench -- --soak 600`'));
+});
+
+test('the events row matches each 201 with its event’s first delivery by the pet id, and counts what never came', () => {
+  assert.equal(quantile([10, 20, 30, 40], 0.5), 20);
+  assert.equal(quantile([10, 20, 30, 40], 0.99), 40);
+  assert.ok(Number.isNaN(quantile([], 0.5)));
+  // Creates sent from t = 1,000 ms; 201s of pets 11..14 at 1,100 … 2,000 ms.
+  const created: Created[] = [
+    { at: 1_100, pet: '11' },
+    { at: 1_500, pet: '12' },
+    { at: 1_800, pet: '13' },
+    { at: 2_000, pet: '14' },
+  ];
+  const delivered: Delivered[] = [
+    { at: 900, id: 'evt_w', pet: '3' }, // the warm-up's: not counted
+    { at: 1_300, id: 'evt_11', pet: '11' }, // lag 200
+    { at: 1_600, id: 'evt_12', pet: '12' }, // lag 100
+    { at: 1_700, id: 'evt_11', pet: '11' }, // again: a duplicate, the first one counts
+    { at: 2_400, id: 'evt_13', pet: '13' }, // lag 600, after the last 201
+    { at: 2_500, id: 'evt_14', pet: '14' }, // lag 500: drained 500 ms after the last 201
+  ];
+  assert.deepEqual(eventFigures(created, delivered, 1_000), {
+    created: 4,
+    madeRate: 4, // 4 creates from 1,000 to 2,000 ms
+    delivered: 4,
+    duplicates: 1,
+    missing: 0,
+    deliveredRate: 2, // 11 and 12 arrived while the creates ran
+    drainMs: 500,
+    lagP50Ms: 200,
+    lagP99Ms: 600,
+  });
+  // Pet 14's event never came: it is missing, and the backlog is not said to have drained.
+  const lost = eventFigures(created, delivered.slice(0, -1), 1_000);
+  assert.equal(lost.missing, 1);
+  assert.equal(lost.delivered, 3);
+  assert.ok(Number.isNaN(lost.drainMs));
+});
+
+test('the report has the events rows in a table of their own, and says the createPet rows write events', () => {
+  const run = (store: EventsRun['store'], rate: number, more: Partial<EventsRun> = {}): EventsRun => ({
+    store,
+    rate,
+    seconds: 15,
+    created: rate * 15,
+    madeRate: rate,
+    failed: 0,
+    delivered: rate * 15,
+    duplicates: 0,
+    missing: 0,
+    deliveredRate: Math.min(rate, 600),
+    drainMs: 12,
+    lagP50Ms: 210,
+    lagP99Ms: 480,
+    ...more,
+  });
+  const events = [
+    run('SQLite', 250),
+    run('PostgreSQL', 250),
+    run('SQLite', 1_000, { drainMs: 1_810, lagP50Ms: 1_236, lagP99Ms: 1_791 }),
+    run('PostgreSQL', 1_000, { delivered: 14_990, missing: 10, drainMs: NaN }),
+  ];
+  const { latest, summary } = renderReport(RUN, { ...INFO, events });
+  assert.ok(latest.includes('## Events: webhook delivery to a local receiver'));
+  const table = renderEvents(events);
+  assert.deepEqual(table.slice(2), [
+    '| SQLite | 250 (250) | 250 | 12 ms | 210 | 480 | 3,750 of 3,750 | 0 | 0 | 0 |',
+    '| SQLite | 1,000 (1,000) | 600 | 1,810 ms | 1,236 | 1,791 | 15,000 of 15,000 | 0 | 0 | 0 |',
+    '| PostgreSQL | 250 (250) | 250 | 12 ms | 210 | 480 | 3,750 of 3,750 | 0 | 0 | 0 |',
+    '| PostgreSQL | 1,000 (1,000) | 600 | not drained | 210 | 480 | 14,990 of 15,000 | 0 | 10 | 0 |',
+  ]);
+  for (const line of table) assert.ok(latest.includes(line), `the report has ${line}`);
+  assert.ok(!summary.includes('webhook delivery'), 'the events rows are not in the summary the docs copy');
+  // The note on the createPet rows: they are measured with events written, on both stores.
+  assert.match(latest, /\*\*Events written\*\*: every create of the service, in the createPet and 90\/10 rows/);
+  // A run without the events rows says nothing of them.
+  assert.ok(!renderReport(RUN, INFO).latest.includes('## Events'));
 });

@@ -1,0 +1,237 @@
+// The events row of `npm run bench`: webhook delivery to a local receiver (bench/receiver.mjs).
+// The shipped service on a store of its own, one endpoint registered, creates at a steady rate;
+// measured: events delivered a second while the creates run, the time to drain what is left after
+// the last 201, and the lag from each 201 to its event's first delivery. bench/README.md explains it.
+// Alone, after `npm run build`: node --import tsx bench/events.ts [--seconds 5] [--rate 250,1000] [--postgres]
+import { mkdtempSync, rmSync } from 'node:fs';
+import { Agent, request as httpRequest } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { CONNECTIONS } from './load.js';
+import { runPetstore, startReceiver, startService } from './processes.js';
+import { renderEvents, type EventsRun } from './report.js';
+import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
+
+/** One 201: when it arrived (`Date.now()`) and the created pet's id. */
+export interface Created {
+  at: number;
+  pet: string;
+}
+
+/** One delivery as the receiver recorded it. */
+export interface Delivered {
+  at: number;
+  id: string | null;
+  pet: string | null;
+}
+
+/** The `p` quantile of `sorted` (ascending), nearest rank; NaN when empty. */
+export function quantile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!;
+}
+
+/**
+ * The figures of one run: each 201 matched with its event's first delivery by the pet's id (in
+ * the event's data). `start` is when the first create was sent; the creates' window ends at the
+ * last 201. Deliveries of pets not in `created` (the warm-up's) are not counted.
+ */
+export function eventFigures(
+  created: Created[],
+  delivered: Delivered[],
+  start: number,
+): Omit<EventsRun, 'store' | 'rate' | 'seconds' | 'failed'> {
+  const first = new Map<string, number>();
+  let duplicates = 0;
+  const wanted = new Set(created.map((c) => c.pet));
+  for (const d of delivered) {
+    if (d.pet === null || !wanted.has(d.pet)) continue;
+    const seen = first.get(d.pet);
+    if (seen === undefined) first.set(d.pet, d.at);
+    else {
+      duplicates += 1;
+      if (d.at < seen) first.set(d.pet, d.at);
+    }
+  }
+  // reduce, not Math.max(...): a long run's thousands of arguments would overflow the stack.
+  const end = created.reduce((last, c) => Math.max(last, c.at), start);
+  const lags = created
+    .filter((c) => first.has(c.pet))
+    .map((c) => first.get(c.pet)! - c.at)
+    .sort((a, b) => a - b);
+  const arrivals = [...first.values()];
+  const during = arrivals.filter((at) => at <= end).length;
+  const missing = created.length - first.size;
+  return {
+    created: created.length,
+    madeRate: created.length / ((end - start) / 1000 || 1),
+    delivered: first.size,
+    duplicates,
+    missing,
+    deliveredRate: during / ((end - start) / 1000 || 1),
+    drainMs: missing === 0 ? arrivals.reduce((last, at) => Math.max(last, at), end) - end : NaN,
+    lagP50Ms: quantile(lags, 0.5),
+    lagP99Ms: quantile(lags, 0.99),
+  };
+}
+
+// Creates in flight at most (the agent queues those past its connections): past it the driver
+// waits, and the rate made falls below the rate asked.
+const MOST_IN_FLIGHT = 256;
+const TICK_MS = 5;
+
+/** POST /v1/pets at `rate` a second for `seconds`, open loop (each on time, not after the last answer). */
+async function createAtRate(
+  url: string,
+  key: string,
+  rate: number,
+  seconds: number,
+): Promise<{ created: Created[]; failed: number; start: number }> {
+  const created: Created[] = [];
+  let failed = 0;
+  let sent = 0;
+  let inFlight = 0;
+  const pending = new Set<Promise<void>>();
+  // Keep-alive connections, as many as wrk opens: the service caps one address's connections.
+  const agent = new Agent({ keepAlive: true, maxSockets: CONNECTIONS });
+  const create = () =>
+    new Promise<void>((resolve) => {
+      const fail = () => {
+        failed += 1;
+        resolve();
+      };
+      const request = httpRequest(
+        `${url}/v1/pets`,
+        {
+          method: 'POST',
+          agent,
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          timeout: 10_000,
+        },
+        (response) => {
+          let text = '';
+          response.setEncoding('utf8');
+          response.on('data', (chunk: string) => (text += chunk));
+          response.on('error', fail);
+          response.on('end', () => {
+            const pet = /"id":([0-9]+)/.exec(text)?.[1];
+            if (response.statusCode !== 201 || pet === undefined) return fail();
+            created.push({ at: Date.now(), pet });
+            resolve();
+          });
+        },
+      );
+      request.on('timeout', () => request.destroy(new Error('timed out')));
+      request.on('error', fail);
+      request.end('{"name":"Rex","categoryId":7}');
+    });
+  const start = Date.now();
+  const total = Math.round(rate * seconds);
+  while (sent < total && Date.now() - start < seconds * 1000 + 10_000) {
+    const due = Math.min(total, Math.floor(((Date.now() - start) / 1000) * rate) + 1);
+    while (sent < due && inFlight < MOST_IN_FLIGHT) {
+      sent += 1;
+      inFlight += 1;
+      const running: Promise<void> = create().finally(() => {
+        inFlight -= 1;
+        pending.delete(running);
+      });
+      pending.add(running);
+    }
+    await sleep(TICK_MS);
+  }
+  await Promise.all(pending);
+  agent.destroy();
+  return { created, failed: failed + (total - sent), start };
+}
+
+async function deliveries(receiverUrl: string): Promise<Delivered[]> {
+  const text = await (await fetch(`${receiverUrl}/deliveries`)).text();
+  return text ? text.split('\n').map((line) => JSON.parse(line) as Delivered) : [];
+}
+
+/** Waits until every pet of `created` has a delivery, or `ms` have passed. */
+async function drained(receiverUrl: string, created: Created[], ms: number): Promise<Delivered[]> {
+  const deadline = Date.now() + ms;
+  const wanted = new Set(created.map((c) => c.pet));
+  for (;;) {
+    const received = await deliveries(receiverUrl);
+    const got = new Set(received.filter((d) => d.pet !== null && wanted.has(d.pet)).map((d) => d.pet));
+    if (got.size === wanted.size || Date.now() > deadline) return received;
+    await sleep(50);
+  }
+}
+
+// How long the backlog may take to drain before the run counts what is still missing.
+const DRAIN_LIMIT_MS = 60_000;
+
+/**
+ * The events row on `store`: a receiver on CPU `receiverCpu`, registered with `petstore webhooks
+ * add` on the store `seeded` (fresh, used by nothing else: every relay on it delivers), the
+ * service as shipped plus PETSTORE_WEBHOOK_ALLOW_HTTP=127.0.0.1 on `serverCpu`; `warmup` s of
+ * creates (delivered, not counted), then `seconds` s at `rate` creates a second.
+ */
+export async function runEvents(
+  store: EventsRun['store'],
+  seeded: Seeded,
+  {
+    rate,
+    seconds,
+    warmup,
+    serverCpu,
+    receiverCpu,
+    logFile,
+  }: { rate: number; seconds: number; warmup: number; serverCpu?: number; receiverCpu?: number; logFile: string },
+): Promise<EventsRun> {
+  const receiver = await startReceiver(receiverCpu);
+  const env = { ...seeded.env, PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1' };
+  try {
+    runPetstore(['webhooks', 'add', `${receiver.url}/petstore`, '--description', 'bench receiver', '--json'], env);
+    const service = await startService(`${store} events`, env, serverCpu, logFile);
+    try {
+      const warm = await createAtRate(service.url, seeded.key, rate, warmup);
+      await drained(receiver.url, warm.created, DRAIN_LIMIT_MS);
+      const run = await createAtRate(service.url, seeded.key, rate, seconds);
+      const received = await drained(receiver.url, run.created, DRAIN_LIMIT_MS);
+      if (service.child.exitCode !== null) throw new Error(`${service.name} exited:\n${service.output()}`);
+      return { store, rate, seconds, failed: run.failed, ...eventFigures(run.created, received, run.start) };
+    } finally {
+      await service.stop();
+    }
+  } finally {
+    await receiver.stop();
+  }
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const { values } = parseArgs({
+    options: {
+      seconds: { type: 'string', default: '5' },
+      rate: { type: 'string', default: '250,1000' },
+      postgres: { type: 'boolean', default: false },
+    },
+  });
+  const temp = mkdtempSync(join(tmpdir(), 'petstore-bench-events-'));
+  const runs: EventsRun[] = [];
+  const options = { seconds: Number(values.seconds), warmup: 1 };
+  try {
+    for (const rate of values.rate.split(',').map(Number)) {
+      const sqlite = seedSqlite(join(temp, `events-${rate}.db`), 10_000);
+      runs.push(await runEvents('SQLite', sqlite, { ...options, rate, logFile: join(temp, `sqlite-${rate}.log`) }));
+      if (values.postgres && (await reachable(POSTGRES_URL))) {
+        const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_events_${process.pid}`, 10_000);
+        try {
+          runs.push(await runEvents('PostgreSQL', pg, { ...options, rate, logFile: join(temp, `pg-${rate}.log`) }));
+        } finally {
+          await pg.drop();
+        }
+      }
+    }
+    process.stdout.write(`${renderEvents(runs).join('\n')}\n`);
+  } finally {
+    rmSync(temp, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,30 @@
+// A webhook receiver for the benchmark's events row: it answers every delivery 204 at once and
+// records when it arrived (`Date.now()`, the clock the bench reads its 201s with), its
+// `webhook-id` and the pet's id from the event's data. GET /deliveries returns the records as
+// JSON lines; GET /count how many there are. Signatures are not checked: that is the tests' work
+// (docs/webhooks.md#signatures), and the row measures the service, not a receiver.
+import { Buffer } from 'node:buffer';
+import { createServer } from 'node:http';
+import process from 'node:process';
+
+const records = [];
+
+const server = createServer((request, response) => {
+  if (request.method === 'GET') {
+    const body = request.url === '/count' ? String(records.length) : records.map((r) => JSON.stringify(r)).join('\n');
+    response.writeHead(200, { 'content-type': 'text/plain' }).end(body);
+    return;
+  }
+  const chunks = [];
+  request.on('data', (chunk) => chunks.push(chunk));
+  request.on('end', () => {
+    const at = Date.now();
+    response.writeHead(204).end();
+    // The pet's id as its digits: an int64 past 2^53 stays exact.
+    const pet = /"data":\{"id":([0-9]+)/.exec(Buffer.concat(chunks).toString('utf8'))?.[1] ?? null;
+    records.push({ at, id: request.headers['webhook-id'] ?? null, pet });
+  });
+});
+server.keepAliveTimeout = 60_000;
+server.listen(Number(process.env.PORT), '127.0.0.1');
+process.on('SIGTERM', () => server.close(() => process.exit(0)));
