@@ -253,7 +253,7 @@ export const settings = {
   maxConnections: {
     env: 'PETSTORE_MAX_CONNECTIONS',
     description:
-      'Connection slots shared by all clients. While one is free, any client may take it, whatever its address; past them (and a few spare ones, a thirty-second), the address group holding the most gives one up: one that sent nothing, else an idle one, else a busy one after its answer.',
+      'Connection slots shared by all clients. While one is free, any client may take it, whatever its address; past them (and a few spare ones: a thirty-second, at least 4), the address group holding the most gives one up: one that sent nothing, else an idle one, else a busy one after its answer.',
     format: 'integer 1..1000000',
     default: '1024',
     parse: integer(1, 1_000_000),

@@ -44,7 +44,7 @@ export const PIPELINE_LIMIT = 64;
 export const QUIET_MS = 250;
 
 /** Connections let in past `max` while the group holding the most gives one up (docs/hardening.md#connections). */
-export const spareSlots = (max: number) => Math.max(1, Math.floor(max / 32));
+export const spareSlots = (max: number) => Math.max(4, Math.floor(max / 32));
 
 export interface ConnectionCaps {
   /** Slots shared by all clients (PETSTORE_MAX_CONNECTIONS). */
@@ -284,15 +284,14 @@ export function capConnections(
   const open = new Map<Socket, Connection>();
   const byGroup = new Map<string, Set<Socket>>();
   let releasing = 0;
-  const sizeOf = (connection: Connection) =>
-    connection.group === undefined ? 1 : (byGroup.get(connection.group)?.size ?? 0);
   const forget = (socket: Socket) => {
     const connection = open.get(socket);
     if (!connection) return;
     open.delete(socket);
     records.delete(socket);
     connection.waiting.length = 0;
-    if (connection.group !== undefined) {
+    if (connection.group === undefined) trustedOpen--;
+    else {
       const mine = byGroup.get(connection.group);
       mine?.delete(socket);
       if (mine?.size === 0) byGroup.delete(connection.group);
@@ -403,23 +402,20 @@ export function capConnections(
       makeRoom();
     });
   };
-  // Something of `sockets` other than `spare` that may be given up (makeRoom judges again): all
-  // but those given up already and those too new to count as silent.
-  const mayGiveUp = (sockets: Iterable<Socket>, spare: Socket) => {
+  // Whether one of `sockets` other than `spare` looked silent or idle at the last look: it could
+  // be given up at once (makeRoom judges again after this turn's reads).
+  const canGiveUpAtOnce = (sockets: Iterable<Socket>, spare: Socket) => {
     const at = now();
     for (const socket of sockets) {
       const connection = open.get(socket);
-      if (socket === spare || !connection || connection.releasing || connection.full || connection.ending) continue;
-      if (socket.bytesRead > 0 || at - connection.openedAt >= QUIET_MS) return true;
+      if (socket === spare || !connection || connection.releasing) continue;
+      if (isSilent(socket, connection, at) || isIdle(socket, connection, at)) return true;
     }
     return false;
   };
-  const holdsTheMost = (size: number) => {
-    if (size < 2) return false;
-    for (const mine of byGroup.values()) if (mine.size > size) return false;
-    return true;
-  };
-
+  let trustedOpen = 0;
+  // More than an even share of the slots among the groups that hold one.
+  const overShare = (size: number) => size * (byGroup.size + trustedOpen) > max;
   server.on('connection', (socket: Socket) => {
     const address = socket.remoteAddress;
     if (address === undefined) return;
@@ -444,6 +440,8 @@ export function capConnections(
       }
       if (!mine) byGroup.set(group, (mine = new Set()));
       mine.add(socket);
+    } else {
+      trustedOpen++;
     }
     const connection: Connection = {
       group,
@@ -470,8 +468,10 @@ export function capConnections(
       if (connection.held) socket.pause();
     });
     if (open.size - releasing <= max) return;
-    // No slot free: a group that already holds the most gives up one of its own, or this one.
-    if (holdsTheMost(sizeOf(connection)) && !mayGiveUp(mine!, socket)) {
+    // No slot free. A group holding more than an even share may take one only in place of one
+    // of its own that it gives up at once: its busy ones would free theirs later, and the spare
+    // slots are for the other groups meanwhile.
+    if (mine !== undefined && overShare(mine.size) && !canGiveUpAtOnce(mine, socket)) {
       close(socket, 'address_full');
       return;
     }
