@@ -246,9 +246,10 @@ function reporter(onClose: (reason: CloseReason) => void, onReport: ConnectionCa
  *   Past `max` (up to `spareSlots(max)` more, then node:http refuses as it opens), the address
  *   group holding the most slots gives one up: a connection that has sent nothing for QUIET_MS,
  *   else one idle between requests (both closed at once), else one busy, closed after the answer
- *   in progress with `Connection: close`; never a request cut off. A new connection whose own
- *   group holds the most, with none of these to give, is refused as it opens. A trusted proxy's
- *   connections each count as a group of one.
+ *   in progress (or its next) with `Connection: close`; never a request cut off. A new
+ *   connection whose own group holds more than an even share of the slots, with no silent or
+ *   idle one to give up at once, is refused as it opens. A trusted proxy's connections each
+ *   count as a group of one.
  * - `perAddress`, when set, is a hard cap: past it, the group's own silent connection makes
  *   room, or else the new one is refused.
  * - Pipelining: the returned request listener passes a request on to `handler` at once when
@@ -582,11 +583,7 @@ export function capConnections(
   return function gate(request: IncomingMessage, response: ServerResponse) {
     const socket = response.socket;
     // Its answer is the connection's next: node:http gave it the socket.
-    if (socket !== null) {
-      (socket as Tracked)[kAnswering] = response;
-      if ((socket as Tracked)[kRelease]) response.setHeader('connection', 'close');
-      return handler(request, response);
-    }
+    if (socket !== null) return dispatch(socket, request, response, handler);
     wait(request, response);
   };
 }
