@@ -6,7 +6,7 @@ import type { Config } from './config.js';
 import { handleError, handleNotFound } from './errors.js';
 import { auth } from './http/auth.js';
 import { answerClientError } from './http/client-errors.js';
-import { afterAnswers } from './http/connections.js';
+import { afterAnswers, serveHttp } from './http/connections.js';
 import { registerDocs } from './http/docs.js';
 import { hardening } from './http/hardening.js';
 import { registerHealth } from './http/health.js';
@@ -78,17 +78,31 @@ export async function buildApp({
   const app = Fastify({
     ...loggingOptions(config, logger, logStream),
     bodyLimit: BODY_LIMIT,
-    // Slow clients are cut off with a 408 (checked every second); the others are not delayed.
-    http: {
-      maxHeaderSize: HEADER_LIMIT,
-      headersTimeout: config.headersTimeoutMs,
-      connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
-      // RFC 9112 section 3.2's 400 for a missing Host comes from guardRequest, with the Error body.
-      requireHostHeader: false,
-    },
-    requestTimeout: config.requestTimeoutMs,
-    // Idle keep-alive connections hold a slot: 5 s by default, like Node's own (docs/hardening.md).
-    keepAliveTimeout: config.keepAliveTimeoutMs,
+    // The node:http server, with every one of its options, and the connection limits
+    // (docs/hardening.md#connections). Slow clients are cut off with a 408 (checked every
+    // second); the others are not delayed.
+    serverFactory: serveHttp(
+      {
+        maxHeaderSize: HEADER_LIMIT,
+        headersTimeout: config.headersTimeoutMs,
+        requestTimeout: config.requestTimeoutMs,
+        connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
+        // Idle keep-alive connections hold a slot: 5 s by default, like Node's own (docs/hardening.md).
+        keepAliveTimeout: config.keepAliveTimeoutMs,
+        // RFC 9112 section 3.2's 400 for a missing Host comes from guardRequest, with the Error body.
+        requireHostHeader: false,
+      },
+      {
+        max: config.maxConnections,
+        perAddress: config.maxConnectionsPerAddress,
+        trusted: config.trustProxy,
+        stallTimeoutMs: config.stallTimeoutMs,
+        onClose: metrics.countClosedConnection,
+        // At most one line a second per reason (docs/operations.md#logs).
+        onReport: ({ reason, group, closed }) =>
+          app.log.warn({ reason, addressGroup: group, closed }, `connections closed by the service: ${reason}`),
+      },
+    ),
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
     // After the answers still on their way on the connection: written at once, it would corrupt them.
     clientErrorHandler: (error, socket) =>
@@ -123,8 +137,6 @@ export async function buildApp({
   await app.register(tracing);
   await app.register(observability, { metrics });
   await app.register(hardening, {
-    config,
-    metrics,
     earlyFields: (request) => limits.peekRefused(clientAddress(request)),
   });
   if (config.corsOrigins.length > 0) {

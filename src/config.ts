@@ -277,7 +277,7 @@ export const settings = {
   maxConnections: {
     env: 'PETSTORE_MAX_CONNECTIONS',
     description:
-      'Most client connections open at once; when the last is taken, the oldest that has sent nothing yet is closed, and past it a new one is closed as soon as it opens.',
+      'Connection slots shared by all clients. While one is free, any client may take it, whatever its address; past them (and a few spare ones: a thirty-second, at least 4), the address group holding the most gives one up: one that sent nothing, else an idle one, else a busy one after its answer.',
     format: 'integer 1..1000000',
     default: '1024',
     parse: integer(1, 1_000_000),
@@ -285,11 +285,9 @@ export const settings = {
   maxConnectionsPerAddress: {
     env: 'PETSTORE_MAX_CONNECTIONS_PER_ADDRESS',
     description:
-      "Most connections open at once from one client address, an IPv6 client counted by its /64 (PETSTORE_TRUST_PROXY peers excepted); past it, the address's oldest connection that has sent nothing yet is closed, or else the new one.",
+      "A hard cap on the connections open at once from one client address, an IPv6 client counted by its /64 (PETSTORE_TRUST_PROXY peers excepted), even while slots are free; past it, the address's connection that has sent nothing makes room, or else the new one is refused. Off by default: slots are shared only when they run out.",
     format: 'integer 1..1000000, or off',
-    default: 'PETSTORE_MAX_CONNECTIONS / 16, at least 1',
-    // A sixteenth: it takes sixteen addresses (or /64s) to hold every slot (docs/hardening.md).
-    derive: ({ maxConnections }) => String(Math.max(1, Math.floor(Number(maxConnections) / 16))),
+    default: 'off',
     parse: integerOrOff(1_000_000),
   } satisfies Setting<number | undefined>,
   stallTimeoutMs: {

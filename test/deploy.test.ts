@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
-import { get as httpsGet } from 'node:https';
+import { Agent as HttpsAgent, get as httpsGet, request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
@@ -233,5 +233,48 @@ test(
     const redirect = await fetch(`http://127.0.0.1:${plain}/v1/pets?limit=1`, { redirect: 'manual' });
     assert.equal(redirect.status, 301);
     assert.equal(redirect.headers.get('location'), 'https://127.0.0.1/v1/pets?limit=1');
+
+    // 200 clients at once, each on its own connection, reading and creating: not one 502.
+    const key = (await server.waitForOutput(/^ {4}(psk_\S+)$/m))[1]!;
+    const agent = new HttpsAgent({ keepAlive: true, maxSockets: 200, ca, servername: 'api.example.com' });
+    t.after(() => agent.destroy());
+    const call = (method: string, path: string, body?: string) =>
+      new Promise<number>((resolve, reject) => {
+        const request = httpsRequest(
+          {
+            host: '127.0.0.1',
+            port: tls,
+            path,
+            method,
+            agent,
+            headers: {
+              host: 'api.example.com',
+              authorization: `Bearer ${key}`,
+              ...(body ? { 'content-type': 'application/json' } : {}),
+            },
+          },
+          (response) => {
+            response.resume();
+            response.on('end', () => resolve(response.statusCode ?? 0));
+          },
+        );
+        request.on('error', reject);
+        request.setTimeout(30_000, () => request.destroy(new Error('no answer in 30 s')));
+        request.end(body);
+      });
+    const client = async (i: number) => {
+      const statuses = [];
+      for (let round = 0; round < 3; round++) statuses.push(await call('GET', '/v1/pets?limit=5'));
+      statuses.push(await call('POST', '/v1/pets', JSON.stringify({ name: `Rex ${i}`, categoryId: i })));
+      return statuses;
+    };
+    const statuses = (await Promise.all([...Array(200).keys()].map(client))).flat();
+    const counts: Record<number, number> = {};
+    for (const status of statuses) counts[status] = (counts[status] ?? 0) + 1;
+    assert.deepEqual(counts, { 200: 600, 201: 200 });
+    // Nor did the service close one of nginx's connections for its limits.
+    const metrics = await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${key}` } });
+    assert.equal(metrics.status, 200);
+    assert.doesNotMatch(await metrics.text(), /^petstore_connections_closed_total/m);
   },
 );

@@ -93,8 +93,8 @@ test('a client sending its body one byte at a time is cut off with 408, and noth
   assert.deepEqual(await app.store.listPets({ limit: 10 }), []);
 });
 
-test('connections past PETSTORE_MAX_CONNECTIONS are closed at once while every open one has begun a request; a freed slot serves again', async (t) => {
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '3', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' });
+test('past PETSTORE_MAX_CONNECTIONS, a connection from the address holding every slot is closed at once while each of them has begun a request; a freed slot serves again', async (t) => {
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '3' });
   const held = [];
   for (let i = 0; i < 3; i++) {
     const connection = open(app.port);
@@ -237,6 +237,18 @@ function answerTo(port: number, text: string, localAddress = '127.0.0.1'): Promi
   });
 }
 
+/** The start of the answer to `text` on a new connection from `localAddress`, which stays open until the test ends. */
+function keptOpen(t: TestContext, port: number, text: string, localAddress: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ port, host: '127.0.0.1', localAddress });
+    t.after(() => socket.destroy());
+    socket.on('error', reject);
+    socket.once('data', (chunk) => resolve(chunk.toString('utf8')));
+    socket.once('close', () => resolve(''));
+    socket.write(text);
+  });
+}
+
 /** Milliseconds until a GET with the key over a new connection from `localAddress` is answered 200. */
 async function servedAfter(port: number, key: string, localAddress = '127.0.0.1', giveUpMs = 15_000) {
   const started = performance.now();
@@ -256,7 +268,6 @@ test('clients that never close after their 408 hold no slot: the next client is 
   const hold = hostile(t);
   const app = await listen(t, {
     PETSTORE_MAX_CONNECTIONS: '4',
-    PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off',
     PETSTORE_HEADERS_TIMEOUT_MS: '500',
     PETSTORE_REQUEST_TIMEOUT_MS: '1000',
   });
@@ -274,7 +285,7 @@ test('clients that never close after their 408 hold no slot: the next client is 
 
 test('when every slot is taken by clients that sent nothing, the oldest of them makes room: the next client is served at once', async (t) => {
   const hold = hostile(t);
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' });
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
   const silent = [];
   for (let i = 0; i < 4; i++) silent.push(await hold(app.port));
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
@@ -288,7 +299,7 @@ test('when every slot is taken by clients that sent nothing, the oldest of them 
 
 test('clients that never close after the answer to CONNECT hold no slot: the next client is served at once', async (t) => {
   const hold = hostile(t);
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4', PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off' });
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
   for (const target of ['127.0.0.1:443', '/v1/pets', 'x:1', '/']) {
     await hold(app.port, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\n\r\n`);
   }
@@ -297,23 +308,54 @@ test('clients that never close after the answer to CONNECT hold no slot: the nex
   assert.ok(waited < 1_000, `the next client waited ${Math.round(waited)} ms`);
 });
 
-test('idle keep-alive connections are closed after PETSTORE_KEEP_ALIVE_TIMEOUT_MS (5 s by default): the next client is served', async (t) => {
+test('idle keep-alive connections are closed after PETSTORE_KEEP_ALIVE_TIMEOUT_MS (5 s by default)', async (t) => {
   // The default, as the server is given it; the wait itself is shown on a short setting.
   assert.equal(loadConfig({}).keepAliveTimeoutMs, 5_000);
   const defaults = await listen(t);
   assert.equal(defaults.app.server.keepAliveTimeout, 5_000);
   const hold = hostile(t);
-  const app = await listen(t, {
-    PETSTORE_MAX_CONNECTIONS: '4',
-    PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: 'off',
-    PETSTORE_KEEP_ALIVE_TIMEOUT_MS: '1000',
-  });
+  const app = await listen(t, { PETSTORE_KEEP_ALIVE_TIMEOUT_MS: '1000' });
   assert.equal(app.app.server.keepAliveTimeout, 1_000);
+  const started = performance.now();
+  const socket = await hold(app.port, `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`);
+  socket.resume();
+  await new Promise((resolve) => {
+    socket.once('end', resolve);
+    socket.once('close', resolve);
+  });
+  const waited = performance.now() - started;
+  assert.ok(waited > 600 && waited < 4_000, `the idle connection was closed after ${Math.round(waited)} ms`);
+});
+
+test('with every slot held by idle keep-alive connections, one of them makes room at once: the next clients are served', async (t) => {
+  const hold = hostile(t);
+  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
+  assert.equal(app.config.keepAliveTimeoutMs, 5_000);
+  const idle = [];
   for (let i = 0; i < 4; i++) {
-    await hold(app.port, `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`);
+    idle.push(await hold(app.port, `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`));
   }
-  const waited = await servedAfter(app.port, app.key);
-  assert.ok(waited > 600 && waited < 4_000, `the next client waited ${Math.round(waited)} ms`);
+  // They read their answers (so that they see the server's FIN), and send nothing more.
+  for (const socket of idle) socket.resume();
+  // Long enough for them to count as idle (no byte between two looks).
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  // New clients that keep their connections: each needs a slot of its own.
+  for (const from of ['127.0.0.2', '127.0.0.3', '127.0.0.4']) {
+    const started = performance.now();
+    const answer = await keptOpen(
+      t,
+      app.port,
+      `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.key}\r\n\r\n`,
+      from,
+    );
+    assert.match(answer, /^HTTP\/1\.1 200 /);
+    assert.ok(performance.now() - started < 1_000, `a new client waited ${Math.round(performance.now() - started)} ms`);
+  }
+  // Far before the keep-alive timeout: three given up for them (one spare slot), with a FIN.
+  assert.equal(await stillOpen(idle), 1);
+  const metrics = await app.app.inject({ url: '/metrics', headers: { authorization: `Bearer ${app.key}` } });
+  const counted = /^petstore_connections_closed_total\{reason="idle_evicted"\} ([0-9]+)$/m.exec(metrics.body);
+  assert.equal(Number(counted?.[1]), 3);
 });
 
 test('one address holds at most PETSTORE_MAX_CONNECTIONS_PER_ADDRESS connections; other addresses are served', async (t) => {
@@ -353,17 +395,22 @@ test('connections from a trusted proxy are not capped per address', async (t) =>
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
 });
 
-test('with the defaults, 1,024 silent sockets from one address, then a normal client from it is served at once', async (t) => {
+test('with the defaults, 1,024 silent sockets from one address all stay open; then a normal client, from it or another, is served at once', async (t) => {
   const hold = hostile(t);
   const app = await listen(t);
-  assert.equal(app.config.maxConnectionsPerAddress, 64);
+  assert.equal(app.config.maxConnectionsPerAddress, undefined);
   assert.equal(app.config.maxConnections, 1024);
   const silent: Socket[] = [];
   for (let i = 0; i < 1024; i += 64)
     silent.push(...(await Promise.all([...Array(64).keys()].map(() => hold(app.port)))));
+  // Slots are shared only when they run out: none was closed for its address.
+  assert.equal(await stillOpen(silent), 1024);
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
   assert.ok((await servedAfter(app.port, app.key, '127.0.0.2')) < 1_000);
-  assert.ok((await stillOpen(silent)) <= 64);
+  // The address holding every slot gave up one for each: its oldest silent ones.
+  const left = await stillOpen(silent);
+  assert.ok(left >= 1020 && left <= 1023, `${left} still open`);
+  assert.ok(endedByServer.has(silent[0]!));
 });
 
 test('with the defaults, 1,024 silent sockets from many addresses, then a normal client is served at once', async (t) => {

@@ -164,9 +164,13 @@ test('clients that pipeline requests and never read the answers are closed after
   // collector's headroom (the answers made are garbage once sent), not for answers kept.
   assert.ok(allClosed < 15_000, `the slow readers were closed after ${Math.round(allClosed)} ms`);
   assert.ok(grew < RSS_BOUND_MIB, `RSS grew by ${grew.toFixed(1)} MiB`);
-  // Closed for not reading, or for pipelining past the limit when the service fell behind.
+  // Closed for not reading, or for pipelining past the limit when the service fell behind, or
+  // one given up for the new client's slot: idle between two batches (the kernel held its
+  // answers), or after the answer in progress.
   const closed = await closedByReason(port, key);
-  assert.equal((closed.slow_reader ?? 0) + (closed.pipeline_depth ?? 0), 16, JSON.stringify(closed));
+  const evicted = (closed.idle_evicted ?? 0) + (closed.busy_evicted ?? 0);
+  assert.equal((closed.slow_reader ?? 0) + (closed.pipeline_depth ?? 0) + evicted, 16, JSON.stringify(closed));
+  assert.ok(evicted <= 1, JSON.stringify(closed));
   t.diagnostic(`closed: ${JSON.stringify(closed)}`);
   // The service is itself again.
   assert.ok((await servedAfter(port, 1_000)) < 1_000);
