@@ -24,7 +24,7 @@ function freePort(): Promise<number> {
 }
 
 test(
-  '/docs in headless Chromium: offline, three operations, getPet deprecated, a try-it call with a key',
+  '/docs in headless Chromium: offline, the three pet operations and the event feed, getPet deprecated, a try-it call with a key',
   { skip, timeout: 60_000 },
   async (t) => {
     const port = await freePort();
@@ -64,7 +64,8 @@ test(
     for (const operation of ['listPets', 'createPet', 'getPet']) {
       await page.locator(`#operations-pets-${operation}`).waitFor({ timeout: 10_000 });
     }
-    assert.equal(await page.locator('.opblock').count(), 3, 'exactly the three operations are listed');
+    await page.locator('#operations-events-listEvents').waitFor({ timeout: 10_000 });
+    assert.equal(await page.locator('.opblock').count(), 4, 'exactly the four operations are listed');
     assert.equal(await page.locator('.opblock-deprecated').count(), 1);
     assert.equal(await page.locator('#operations-pets-getPet.opblock-deprecated').count(), 1, 'getPet is deprecated');
 
