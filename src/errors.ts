@@ -125,3 +125,15 @@ export function handleNotFound(_request: FastifyRequest, reply: FastifyReply) {
   const error = notFound();
   return reply.code(error.status).send(error.toBody());
 }
+
+/**
+ * The first line of an error's innermost cause, for a log line about a database that went away:
+ * StoreUnavailableError's message repeats its cause's, and a stack would say nothing of this code.
+ */
+export function causeOf(error: unknown): string {
+  let inner = error;
+  while (inner instanceof Error && inner.cause !== undefined) inner = inner.cause;
+  const text =
+    inner instanceof Error ? inner.message || (inner as { code?: string }).code || inner.name : String(inner);
+  return text.split('\n')[0]!;
+}

@@ -4,6 +4,7 @@ import https from 'node:https';
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { systemClock, type Clock } from '../clock.js';
 import type { Config } from '../config.js';
+import { causeOf } from '../errors.js';
 import type { Store } from '../store/store.js';
 import type { AttemptOutcome, ClaimedDelivery } from '../store/webhooks.js';
 import { postEvent, type Attempt, type AttemptResult } from './deliver.js';
@@ -136,7 +137,10 @@ export function startRelay({
     try {
       disabled = await store.webhooks.finish(taken.map(({ outcome }) => outcome));
     } catch (error) {
-      log.warn({ err: error, attempts: taken.length }, 'recording webhook attempts failed; they will be made again');
+      log.warn(
+        { cause: causeOf(error), attempts: taken.length },
+        'recording webhook attempts failed; they will be made again',
+      );
     }
     for (const [i, { written }] of taken.entries()) written(disabled[i] ?? false);
   };
@@ -297,7 +301,10 @@ export function startRelay({
     try {
       await store.webhooks.recover();
     } catch (error) {
-      log.warn({ err: error }, 'webhook relay could not take back the leases of a previous run; they expire');
+      log.warn(
+        { cause: causeOf(error) },
+        'webhook relay could not take back the leases of a previous run; they expire',
+      );
     }
     while (!stopped) {
       const began = performance.now();
@@ -307,7 +314,7 @@ export function startRelay({
         if (failing) log.info({}, 'webhook relay reaches the database again');
         failing = false;
       } catch (error) {
-        if (!failing) log.warn({ err: error }, 'webhook relay cannot read its work; trying again');
+        if (!failing) log.warn({ cause: causeOf(error) }, 'webhook relay cannot read its work; trying again');
         failing = true;
       }
       if (stopped) break;

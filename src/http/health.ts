@@ -1,15 +1,6 @@
 import type { FastifyInstance } from 'fastify';
-import { unavailable } from '../errors.js';
+import { causeOf, unavailable } from '../errors.js';
 import type { Store } from '../store/store.js';
-
-/** The first line of the innermost cause: StoreUnavailableError's message repeats its cause's. */
-function causeOf(error: unknown): string {
-  let inner = error;
-  while (inner instanceof Error && inner.cause !== undefined) inner = inner.cause;
-  const text =
-    inner instanceof Error ? inner.message || (inner as { code?: string }).code || inner.name : String(inner);
-  return text.split('\n')[0]!;
-}
 
 /** `/healthz`: the process answers. `/readyz`: and its database does too. Both public. */
 export function registerHealth(app: FastifyInstance, store: Store): void {
