@@ -62,6 +62,13 @@ async function closedFor(app: { closed: (reason: string) => Promise<number> }, r
   }
 }
 
+/**
+ * Whether a reset that follows a write reaches the client as an RST: Node.js 24, which
+ * `npm start` runs, sends it; Node.js 22 ends such a socket with a FIN instead
+ * (docs/hardening.md#connections).
+ */
+const RESETS_AFTER_WRITES = Number(process.versions.node.split('.')[0]) >= 24;
+
 test('a request body that stops arriving gets 408 after PETSTORE_STALL_TIMEOUT_MS, long before the request timeout, and nothing is stored', async (t) => {
   const app = await listen(t, { PETSTORE_STALL_TIMEOUT_MS: '500' });
   assert.equal(app.config.requestTimeoutMs, 30_000);
@@ -74,7 +81,8 @@ test('a request body that stops arriving gets 408 after PETSTORE_STALL_TIMEOUT_M
   const { raw, at, ending } = await closed;
   assertRawError(raw, 'HTTP/1.1 408 Request Timeout', 'request_timeout', 408);
   // The 408, then a reset: the kernel keeps nothing of the connection for a client that stalls.
-  assert.equal(ending, 'ECONNRESET');
+  // On Node.js 22 a FIN (RESETS_AFTER_WRITES): there the kernel keeps the 408 alone.
+  assert.equal(ending, RESETS_AFTER_WRITES ? 'ECONNRESET' : 'end');
   // Closed within the stall timeout and the one-second check.
   assert.ok(at - started >= 450 && at - started < 2_500, `closed after ${Math.round(at - started)} ms`);
   assert.deepEqual(await app.store.listPets({ limit: 10 }), []);
@@ -144,24 +152,30 @@ test('a client that half-closes after its requests and reads none of the answers
 });
 
 for (const halfClosed of [false, true]) {
-  test(`a client that ${halfClosed ? 'half-closes after its requests and ' : ''}reads none of its answers is reset: the kernel drops what it held of them, and the client sees ECONNRESET`, async (t) => {
-    const app = await listen(t, { PETSTORE_STALL_TIMEOUT_MS: '500' });
-    const { socket, closed } = open(t, app.port, { allowHalfOpen: true });
-    socket.pause();
-    // Six requests the service reads whole (a socket closed with unread requests is reset by the
-    // kernel anyway), for answers (the 1.6 MB script of /docs) that fill the kernel's buffers.
-    socket.write('GET /docs/static/swagger-ui-bundle.js HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(6));
-    if (halfClosed) socket.end();
-    await closedFor(app, 'slow_reader');
-    // After a FIN, the kernel would go on holding, and offering, what the client did not read.
-    const orphans = orphansOf(app.port);
-    if (orphans === undefined) t.diagnostic('ss is not installed here: the kernel side is not checked');
-    else assert.deepEqual(orphans, []);
-    socket.resume();
-    const { raw, ending } = await closed;
-    assert.equal(ending, 'ECONNRESET');
-    assert.match(raw, /^HTTP\/1\.1 200 OK\r\n/);
-  });
+  test(
+    `a client that ${halfClosed ? 'half-closes after its requests and ' : ''}reads none of its answers is reset: the kernel drops what it held of them, and the client sees ECONNRESET`,
+    { skip: !RESETS_AFTER_WRITES && `Node.js ${process.version} closes such a connection with a FIN: SKIPPED` },
+    async (t) => {
+      const app = await listen(t, { PETSTORE_STALL_TIMEOUT_MS: '500' });
+      const { socket, closed } = open(t, app.port, { allowHalfOpen: true });
+      socket.pause();
+      // Six requests the service reads whole (a socket closed with unread requests is reset by the
+      // kernel anyway), for answers (the 1.6 MB script of /docs) that fill the kernel's buffers.
+      socket.write('GET /docs/static/swagger-ui-bundle.js HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(6));
+      if (halfClosed) socket.end();
+      await closedFor(app, 'slow_reader');
+      // After a FIN, the kernel would go on holding, and offering, what the client did not read.
+      const orphans = orphansOf(app.port);
+      if (!RESETS_AFTER_WRITES)
+        t.diagnostic(`Node.js ${process.version} closes with a FIN: the kernel side is not checked`);
+      else if (orphans === undefined) t.diagnostic('ss is not installed here: the kernel side is not checked');
+      else assert.deepEqual(orphans, []);
+      socket.resume();
+      const { raw, ending } = await closed;
+      assert.equal(ending, 'ECONNRESET');
+      assert.match(raw, /^HTTP\/1\.1 200 OK\r\n/);
+    },
+  );
 }
 
 test('a client that reads none of its answers, all taken by the kernel, is reset at the keep-alive timeout: the kernel keeps nothing of them', async (t) => {
