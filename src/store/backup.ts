@@ -91,17 +91,23 @@ function createPrivateCopy(target: string, purpose: string): PrivateCopy {
     );
     return { folder, path, fd, folderStat, fileStat: fstatSync(fd) };
   } catch (error) {
-    rmSync(folder, { recursive: true, force: true });
+    rmSync(folder, REMOVE_FOLDER);
     throw error;
   }
 }
+
+/**
+ * How a private folder is removed with what it holds: again, a few times, when a file appears
+ * in it while it is emptied (ENOTEMPTY), as one planted by another process of the same user would.
+ */
+const REMOVE_FOLDER = { recursive: true, force: true, maxRetries: 10, retryDelay: 10 } as const;
 
 /** Closes the temporary file and removes the private folder with whatever is in it. */
 function removePrivateCopy(copy: PrivateCopy) {
   try {
     closeSync(copy.fd);
   } finally {
-    rmSync(copy.folder, { recursive: true, force: true });
+    rmSync(copy.folder, REMOVE_FOLDER);
   }
 }
 
