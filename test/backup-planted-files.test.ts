@@ -17,26 +17,15 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
-import { loadConfig } from '../src/config.js';
-import { describeDatabase } from '../src/server.js';
-import { runDatabaseCommand } from '../src/cli/database.js';
 import { readMigrations } from '../src/store/migrations.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
+import { runDatabase } from './in-process.js';
 
 const PETS = 300;
 const ATTACKER_HASH = Buffer.alloc(32, 0xee);
 
 /** `petstore <argv>` run in process on the SQLite file `db`, with its output collected. */
-async function petstore(argv: string[], db: string) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runDatabaseCommand(argv, {
-    io: { out: (line) => out.push(line), err: (line) => err.push(line) },
-    config: () => loadConfig({ PETSTORE_DB: db }),
-    describe: describeDatabase,
-  });
-  return { code, out, err };
-}
+const petstore = runDatabase;
 
 function folder(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'petstore-planted-'));

@@ -1,5 +1,7 @@
 import { loadConfig } from '../src/config.js';
+import { runDatabaseCommand } from '../src/cli/database.js';
 import { runKeysCommand } from '../src/cli/keys.js';
+import { describeDatabase } from '../src/server.js';
 import { openStore } from '../src/store/open.js';
 
 /** What a command printed, and the exit status it resolved to. */
@@ -45,4 +47,16 @@ export async function migrateDatabase(env: Record<string, string>): Promise<void
   } finally {
     await store.close();
   }
+}
+
+/** `petstore <argv>` for the database commands (backup, restore, migrate status), run in process on the SQLite file `db`, with its output collected. */
+export async function runDatabase(argv: string[], db: string): Promise<{ code: number; out: string[]; err: string[] }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await runDatabaseCommand(argv, {
+    io: { out: (line) => out.push(line), err: (line) => err.push(line) },
+    config: () => loadConfig({ PETSTORE_DB: db }),
+    describe: describeDatabase,
+  });
+  return { code, out, err };
 }
