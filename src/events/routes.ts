@@ -11,7 +11,8 @@ import {
   rateLimitHeaders,
   type ListEventsQuery as EventsQuery,
 } from '../schemas.js';
-import type { EventRecord, Store } from '../store/store.js';
+import type { Store } from '../store/store.js';
+import { eventJson } from './event-json.js';
 import { formatEventId, parseEventId } from './ids.js';
 
 export interface EventsDeps {
@@ -22,13 +23,6 @@ export interface EventsDeps {
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 const LONGEST_LINK = `</v1/events?limit=100&after=evt_${'0'.repeat(32)}>; rel="next"`;
-
-/**
- * One event as JSON. `data` is the text stored with the event, the 201 body of the animal, put
- * in as it is: no parse and no second serializer that could round an int64 or reorder a field.
- */
-const eventJson = (event: EventRecord) =>
-  `{"id":"${formatEventId(event.position)}","type":"${event.type}","createdAt":"${event.createdAt.toISOString()}","data":${event.data}}`;
 
 /** `GET /v1/events`: the feed, oldest first, a page at a time (docs/events.md). */
 export function listEvents(app: FastifyInstance, { store, authenticate }: EventsDeps) {
