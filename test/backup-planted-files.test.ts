@@ -5,20 +5,18 @@ import {
   copyFileSync,
   existsSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   readFileSync,
-  rmSync,
   watch,
   writeFileSync,
 } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { readMigrations } from '../src/store/migrations.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
+import { tempFolder } from './helpers.js';
 import { runDatabase } from './in-process.js';
 
 const PETS = 300;
@@ -27,11 +25,7 @@ const ATTACKER_HASH = Buffer.alloc(32, 0xee);
 /** `petstore <argv>` run in process on the SQLite file `db`, with its output collected. */
 const petstore = runDatabase;
 
-function folder(t: TestContext): string {
-  const dir = mkdtempSync(join(tmpdir(), 'petstore-planted-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
+const folder = (t: TestContext) => tempFolder(t, 'petstore-planted-');
 
 /** The service's database, in WAL mode as the service leaves it, with PETS animals. */
 async function liveDatabase(dir: string): Promise<string> {

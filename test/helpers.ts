@@ -18,6 +18,13 @@ export function manualClock(start = Date.UTC(2026, 10, 22)): Clock & { set(ms: n
   return { now: () => now, set: (ms) => void (now = ms) };
 }
 
+/** A new temporary folder named `prefix…`, removed with what it holds after the test. */
+export function tempFolder(t: TestContext, prefix = 'petstore-test-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
 /** A fresh, migrated SQLite file in its own temporary folder, removed after the test; `options` as openSqliteStore's. */
 export async function tempSqliteStore(
   t: TestContext,

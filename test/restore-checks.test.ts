@@ -1,32 +1,18 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import {
-  copyFileSync,
-  lstatSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  readlinkSync,
-  rmSync,
-  symlinkSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import { readMigrations } from '../src/store/migrations.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
+import { tempFolder } from './helpers.js';
 import { runDatabase } from './in-process.js';
 
 /** `petstore <argv>` run in process on the SQLite file `db`, with its output collected. */
 const petstore = runDatabase;
 
-function folder(t: TestContext): string {
-  const dir = mkdtempSync(join(tmpdir(), 'petstore-restore-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
+const folder = (t: TestContext) => tempFolder(t, 'petstore-restore-');
 
 /** A migrated petstore database at `path` holding `pets` animals and one key, closed. */
 async function migrated(path: string, pets: number) {
