@@ -5,17 +5,10 @@ import { issueKey } from '../src/keys/issue.js';
 import { manualClock, startApp } from './helpers.js';
 import { freePort } from './process.js';
 import { storeKinds } from './stores.js';
-import { addEndpoint, startReceiver, testRelay, webhooksCli } from './webhooks.js';
+import { addEndpoint, startReceiver, testRelay, until, webhooksCli } from './webhooks.js';
 
 const pet = (name: string) => ({ name, categoryId: 1n, status: 'available' as const });
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Waits until `check` is true, polling every 20 ms, for at most `ms`. */
-async function until(check: () => boolean | Promise<boolean>, ms = 10_000, what = 'the condition') {
-  for (const deadline = Date.now() + ms; !(await check()); await pause(20)) {
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
-  }
-}
 
 /** A receiver that holds every request open, never answering, until the test ends. */
 async function hangingReceiver(t: TestContext) {
@@ -242,17 +235,21 @@ test(
     const endpoint = await addEndpoint(doomed, receiver.url);
     await doomed.createPet(pet('Rex'));
     const env = { PETSTORE_WEBHOOK_TIMEOUT_MS: '1000', PETSTORE_WEBHOOK_LEASE_MS: '1500' };
-    const { relay } = testRelay(t, doomed, { env });
+    const clock = manualClock(Date.now());
+    const { relay } = testRelay(t, doomed, { env, clock });
     await receiver.waitFor(1);
-    const abandonedAt = Date.now();
+    const leasedAt = clock.now();
     // Its connections go as a killed process's would: it can record nothing more.
     await doomed.close();
     await relay.stop(0);
-    testRelay(t, survivor, { env });
+    const { relay: taking, looked } = testRelay(t, survivor, { env, clock });
+    clock.set(leasedAt + 1499);
+    taking.wake();
+    assert.deepEqual(await looked(), [], 'not taken over while the lease lasts');
+    clock.set(leasedAt + 1500);
+    taking.wake();
     const [first, second] = await receiver.waitFor(2, 10_000);
     assert.equal(second!.headers['webhook-id'], first!.headers['webhook-id']);
-    const waited = second!.at - abandonedAt;
-    assert.ok(waited >= 1000, `taken over after the lease, ${waited} ms after`);
     const recorded = async () => (await webhooksCli(survivor, ['deliveries', String(endpoint.id), '--json'])).out;
     await until(async () => (await recorded()).length > 0, 3000, 'the attempt recorded');
     const attempts = (await recorded()).map((line) => JSON.parse(line) as { attempt: number; status: number });
@@ -260,7 +257,7 @@ test(
       attempts.map((a) => [a.attempt, a.status]),
       [[2, 204]],
     );
-    await pause(300);
+    assert.deepEqual(await looked(), [], 'delivered, and not again');
     assert.equal(receiver.received.length, 2);
   },
 );

@@ -6,6 +6,7 @@ import type { Clock } from '../src/clock.js';
 import { runWebhooksCommand } from '../src/cli/webhooks.js';
 import { startRelay, type RelayOptions } from '../src/events/relay.js';
 import type { Store } from '../src/store/store.js';
+import type { ClaimedDelivery, WebhookStore } from '../src/store/webhooks.js';
 
 export interface Received {
   headers: IncomingHttpHeaders;
@@ -68,7 +69,64 @@ export function relayConfig(env: Record<string, string> = {}) {
 /** Log lines a relay wrote, as objects with their message in `msg`. */
 export type Lines = Record<string, unknown>[];
 
-/** A relay on `store`, stopped after the test; it polls every 20 ms and logs into `lines`. */
+/** Waits until `check` is true, polling every 20 ms, for at most `ms`. */
+export async function until(check: () => boolean | Promise<boolean>, ms = 10_000, what = 'the condition') {
+  for (const deadline = Date.now() + ms; !(await check()); await new Promise((resolve) => setTimeout(resolve, 20))) {
+    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
+  }
+}
+
+/**
+ * `store` as the relay sees it, with `looked()`: resolves, to the deliveries claimed, once the
+ * relay has made a whole look (hand-out, then claim) begun after the call; rejects after `ms`.
+ * A test shows what the relay does at a given time with it, instead of waiting to see whether
+ * something happens.
+ */
+function watchLooks(store: Store) {
+  const inner = store.webhooks;
+  let asked: ((claimed: ClaimedDelivery[]) => void)[] = [];
+  let begun: typeof asked = [];
+  const webhooks: WebhookStore = {
+    ...inner,
+    handOut(...args) {
+      begun.push(...asked);
+      asked = [];
+      return inner.handOut(...args);
+    },
+    async claim(query) {
+      const ending = begun;
+      begun = [];
+      let claimed: ClaimedDelivery[] = [];
+      try {
+        claimed = await inner.claim(query);
+        return claimed;
+      } finally {
+        for (const done of ending) done(claimed);
+      }
+    },
+  };
+  const watched = new Proxy(store, {
+    get(target, key) {
+      if (key === 'webhooks') return webhooks;
+      const value: unknown = Reflect.get(target, key);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  const looked = (ms = 5000) =>
+    new Promise<ClaimedDelivery[]>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the relay made no whole look within ${ms} ms`)), ms);
+      asked.push((claimed) => {
+        clearTimeout(timer);
+        resolve(claimed);
+      });
+    });
+  return { watched, looked };
+}
+
+/**
+ * A relay on `store`, stopped after the test; it polls every 20 ms and logs into `lines`.
+ * `looked()` resolves once it has made a whole look begun after the call (watchLooks).
+ */
 export function testRelay(
   t: TestContext,
   store: Store,
@@ -76,15 +134,16 @@ export function testRelay(
 ) {
   const lines: Lines = [];
   const at = (level: string) => (object: object, msg: string) => void lines.push({ level, ...object, msg });
+  const { watched, looked } = watchLooks(store);
   const relay = startRelay({
-    store,
+    store: watched,
     config: relayConfig(env),
     log: { info: at('info'), warn: at('warn'), error: at('error') },
     pollMs: 20,
     ...options,
   });
   t.after(() => relay.stop(500));
-  return { relay, lines };
+  return { relay, lines, looked };
 }
 
 /** Runs `petstore webhooks …` in process on `store`; resolves to its exit status and output lines. */
