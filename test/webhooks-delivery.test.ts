@@ -5,7 +5,7 @@ import { issueKey } from '../src/keys/issue.js';
 import type { Store } from '../src/store/store.js';
 import { manualClock, startApp } from './helpers.js';
 import { storeKinds, type StoreKind } from './stores.js';
-import { addEndpoint, startReceiver, testRelay, until, webhooksCli, type Lines } from './webhooks.js';
+import { addEndpoint, holdingReceiver, startReceiver, testRelay, until, webhooksCli, type Lines } from './webhooks.js';
 
 /**
  * The service on a fresh database of `kind`, and the feed as text. Its clock, which stamps the
@@ -109,6 +109,46 @@ for (const kind of storeKinds) {
     assert.equal(listed.state, 'enabled');
     assert.equal(listed.waiting, 0);
     assert.notEqual(listed.lastSuccessAt, null);
+  });
+
+  it('delivers an endpoint its events in the order the feed lists them when one attempt runs at a time', async (t) => {
+    const { store, feed, create, clock } = await appOn(t, kind);
+    const receiver = await startReceiver(t);
+    await addEndpoint(store, receiver.url);
+    for (let i = 0; i < 20; i++) await create(`{"name":"Rex ${i}","categoryId":${i}}`);
+    // The clock stands still: every delivery is due at the same instant, handed out 7 at a time,
+    // so the order is the relay's own; events created meanwhile join the same instant.
+    testRelay(t, store, { clock, batch: 7, env: { PETSTORE_WEBHOOK_CONCURRENCY: '1' } });
+    await receiver.waitFor(5);
+    for (let i = 20; i < 30; i++) await create(`{"name":"Fido ${i}","categoryId":${i}}`);
+    const got = await receiver.waitFor(30);
+    const items = JSON.parse(await feed()) as { id: string }[];
+    assert.equal(items.length, 30);
+    assert.deepEqual(
+      got.map((request) => request.headers['webhook-id']),
+      items.map((item) => item.id),
+    );
+  });
+
+  it('keeps the order the feed lists events when a relay stops mid-attempt and the next one starts', async (t) => {
+    const { store, feed, create, clock } = await appOn(t, kind);
+    const receiver = await holdingReceiver(t);
+    await addEndpoint(store, receiver.url);
+    for (let i = 0; i < 5; i++) await create(`{"name":"Rex ${i}","categoryId":${i}}`);
+    const env = { PETSTORE_WEBHOOK_CONCURRENCY: '1' };
+    const { relay } = testRelay(t, store, { clock, env });
+    await receiver.waitFor(1);
+    // The attempt held by the receiver is given back: due at once, at the same instant as the rest.
+    await relay.stop(0);
+    receiver.dropHeld();
+    receiver.answer(true);
+    testRelay(t, store, { clock, env });
+    const got = await receiver.waitFor(6);
+    const items = JSON.parse(await feed()) as { id: string }[];
+    assert.deepEqual(
+      got.map((request) => request.headers['webhook-id']),
+      [items[0]!.id, ...items.map((item) => item.id)],
+    );
   });
 
   it('retries a receiver that fails its first attempts, with growing waits, until it succeeds', async (t) => {

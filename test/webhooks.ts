@@ -56,6 +56,26 @@ export async function startReceiver(
   return { url: `http://127.0.0.1:${port}/hook`, port, received, waitFor, server };
 }
 
+/**
+ * A receiver that holds every request open, unanswered, until told to answer (204 from then on),
+ * as a receiver that hangs would.
+ */
+export async function holdingReceiver(t: TestContext) {
+  let answering = false;
+  const held: ServerResponse[] = [];
+  const receiver = await startReceiver(t, (_request, _index, response) => {
+    if (answering) response.writeHead(204).end();
+    else held.push(response);
+  });
+  return {
+    ...receiver,
+    /** Answers the requests from now on (true), or holds them (false). */
+    answer: (on: boolean) => void (answering = on),
+    /** Cuts the connections of the requests held so far. */
+    dropHeld: () => held.splice(0).forEach((response) => response.destroy()),
+  };
+}
+
 /** The relay's settings for loopback receivers: small retry and give-up, http allowed on 127.0.0.1. */
 export function relayConfig(env: Record<string, string> = {}) {
   return loadConfig({
