@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
@@ -7,6 +8,7 @@ import { runWebhooksCommand } from '../src/cli/webhooks.js';
 import { startRelay, type RelayOptions } from '../src/events/relay.js';
 import type { Store } from '../src/store/store.js';
 import type { ClaimedDelivery, WebhookStore } from '../src/store/webhooks.js';
+import { runCli } from './process.js';
 
 export interface Received {
   headers: IncomingHttpHeaders;
@@ -188,4 +190,29 @@ export async function addEndpoint(store: Store, url: string, extra: string[] = [
   const { code, out, err } = await webhooksCli(store, ['add', url, '--json', ...extra]);
   if (code !== 0) throw new Error(`webhooks add exited ${code}: ${err.join('\n')}`);
   return JSON.parse(out[0]!) as { id: number; url: string; description: string; secret: string; state: string };
+}
+
+/**
+ * Readies the database `env` names with the built command, as an operator would before the first
+ * start: migrate, an API key, and an endpoint for `url`. Resolves to the key and the endpoint's secret.
+ */
+export async function prepareWithCli(env: Record<string, string>, url: string) {
+  const migrated = await runCli(['migrate'], env);
+  assert.equal(migrated.code, 0, migrated.stderr);
+  const issued = await runCli(['keys', 'create', '--name', 'test', '--json'], env);
+  assert.equal(issued.code, 0, issued.stderr);
+  const added = await runCli(['webhooks', 'add', url, '--json'], env);
+  assert.equal(added.code, 0, added.stderr);
+  const { key } = JSON.parse(issued.stdout) as { key: string };
+  const { secret } = JSON.parse(added.stdout) as { secret: string };
+  return { key, secret };
+}
+
+/** POST /v1/pets with `body` to the service at `base` (a started process's URL), as `key`. */
+export function createPetAt(base: string, key: string, body: string, headers: Record<string, string> = {}) {
+  return fetch(`${base}/v1/pets`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body,
+  });
 }
