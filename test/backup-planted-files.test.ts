@@ -15,8 +15,7 @@ import { test, type TestContext } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { readMigrations } from '../src/store/migrations.js';
-import { openSqliteStore } from '../src/store/sqlite.js';
-import { tempFolder } from './helpers.js';
+import { sqliteWithPets, tempFolder } from './helpers.js';
 import { runDatabase } from './in-process.js';
 
 const PETS = 300;
@@ -31,15 +30,7 @@ const folder = (t: TestContext) => tempFolder(t, 'petstore-planted-');
 async function liveDatabase(dir: string): Promise<string> {
   mkdirSync(join(dir, 'live'));
   const path = join(dir, 'live', 'petstore.db');
-  const store = openSqliteStore(path);
-  await store.migrate();
-  await store.close();
-  const db = new Database(path);
-  const insert = db.prepare("INSERT INTO pets (name, category_id, status) VALUES (?, 1, 'available')");
-  db.transaction(() => {
-    for (let i = 0; i < PETS; i++) insert.run(`pet ${i}`);
-  })();
-  db.close();
+  await sqliteWithPets(path, PETS);
   return path;
 }
 

@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import Database from 'better-sqlite3';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Store } from '../src/store/store.js';
-import { assertError, postRaw, startApp, type TestApp } from './helpers.js';
+import { assertError, postRaw, startApp, tempFolder, type TestApp } from './helpers.js';
 import { postgresSkip, storeKinds } from './stores.js';
 
 const PET = '{"name":"Rex","categoryId":7}';
@@ -36,8 +36,7 @@ async function assertReady(app: TestApp) {
 }
 
 test('SQLite: a file that cannot grow (SQLITE_FULL) answers 503 and /readyz is not ready until a write succeeds', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'petstore-full-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempFolder(t, 'petstore-full-');
   const path = join(dir, 'petstore.db');
   // The tables and indexes take about a dozen pages; a few more hold some hundreds of animals.
   const store = openSqliteStore(path, { maxPageCount: 24 });

@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import Database from 'better-sqlite3';
 import { groupCommits } from '../src/store/group-commit.js';
 import type { PetStatus } from '../src/schemas.js';
-import { startApp, tempSqliteStore } from './helpers.js';
+import { startApp, tempFolder, tempSqliteStore } from './helpers.js';
 import { migratedStore, storeKinds } from './stores.js';
 
 const postgres = storeKinds.find((kind) => kind.name === 'PostgreSQL')!;
@@ -101,8 +99,7 @@ test('one statement each: a failing one fails alone, and one after which SQLite 
 });
 
 test('a group that finds the write lock taken is retried later, with the calls made meanwhile', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'petstore-group-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempFolder(t, 'petstore-group-');
   const path = join(dir, 'items.db');
   const db = new Database(path, { timeout: 0 });
   t.after(() => db.close());

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
+import Database from 'better-sqlite3';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../src/app.js';
 import type { Clock } from '../src/clock.js';
@@ -23,6 +24,30 @@ export function tempFolder(t: TestContext, prefix = 'petstore-test-'): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   return dir;
+}
+
+/**
+ * A migrated SQLite database at `path` holding `pets` animals (`pet 0`, `pet 1`, …), closed;
+ * `more` writes what else it should hold, in the same transaction.
+ */
+export async function sqliteWithPets(
+  path: string,
+  pets: number,
+  more?: (db: Database.Database) => void,
+): Promise<void> {
+  const store = openSqliteStore(path);
+  await store.migrate();
+  await store.close();
+  const db = new Database(path);
+  try {
+    const insert = db.prepare("INSERT INTO pets (name, category_id, status) VALUES (?, 1, 'available')");
+    db.transaction(() => {
+      for (let i = 0; i < pets; i++) insert.run(`pet ${i}`);
+      more?.(db);
+    })();
+  } finally {
+    db.close();
+  }
 }
 
 /** A fresh, migrated SQLite file in its own temporary folder, removed after the test; `options` as openSqliteStore's. */
@@ -194,9 +219,15 @@ export async function appCountingWrites(t: TestContext, kind: StoreKind, column:
   return { ...app, database, writes };
 }
 
-/** startApp's service on a real socket, so that Node's HTTP parser sees the bytes as sent. */
-export async function listeningApp(t: TestContext): Promise<TestApp & { port: number }> {
-  const app = await startApp(t, { store: (await tempSqliteStore(t)).store });
+/**
+ * startApp's service on a real socket, so that Node's HTTP parser sees the bytes as sent; on a
+ * new SQLite file unless `store` is given.
+ */
+export async function listeningApp(
+  t: TestContext,
+  { store, ...options }: Parameters<typeof startApp>[1] = {},
+): Promise<TestApp & { port: number }> {
+  const app = await startApp(t, { ...options, store: store ?? (await tempSqliteStore(t)).store });
   await app.app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.app.server.address() as { port: number };
   return { ...app, port };

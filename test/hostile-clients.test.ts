@@ -283,14 +283,23 @@ test('clients that never close after their 408 hold no slot: the next client is 
   }
 });
 
-test('when every slot is taken by clients that sent nothing, the oldest of them makes room: the next client is served at once', async (t) => {
+/**
+ * The app with `env`, and `count` connections that send nothing, taking every slot `env` leaves
+ * them; then a new client, served at once: the oldest of the silent ones was closed for it.
+ */
+async function fillWithSilent(t: TestContext, env: Record<string, string>, count: number) {
   const hold = hostile(t);
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '4' });
-  const silent = [];
-  for (let i = 0; i < 4; i++) silent.push(await hold(app.port));
+  const app = await listen(t, env);
+  const silent: Socket[] = [];
+  for (let i = 0; i < count; i++) silent.push(await hold(app.port));
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
-  // The oldest went first; one that has begun its request is never closed to make room.
-  assert.ok(endedByServer.has(silent[0]!));
+  assert.ok(endedByServer.has(silent[0]!), 'the oldest silent connection made room');
+  return { hold, app, silent };
+}
+
+test('when every slot is taken by clients that sent nothing, the oldest of them makes room: the next client is served at once', async (t) => {
+  const { hold, app } = await fillWithSilent(t, { PETSTORE_MAX_CONNECTIONS: '4' }, 4);
+  // One that has begun its request is never closed to make room.
   const begun = [];
   for (let i = 0; i < 3; i++) begun.push(await hold(app.port, BEGUN));
   assert.ok((await servedAfter(app.port, app.key)) < 1_000);
@@ -377,12 +386,7 @@ test('one address holds at most PETSTORE_MAX_CONNECTIONS_PER_ADDRESS connections
 });
 
 test('past PETSTORE_MAX_CONNECTIONS_PER_ADDRESS, the address’s oldest connection that sent nothing makes room', async (t) => {
-  const hold = hostile(t);
-  const app = await listen(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '3' });
-  const silent = [];
-  for (let i = 0; i < 3; i++) silent.push(await hold(app.port));
-  assert.ok((await servedAfter(app.port, app.key)) < 1_000);
-  assert.ok(endedByServer.has(silent[0]!));
+  const { silent } = await fillWithSilent(t, { PETSTORE_MAX_CONNECTIONS_PER_ADDRESS: '3' }, 3);
   assert.equal(await stillOpen(silent), 2);
 });
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
-import { parseDuration, parseInstant } from '../src/cli/keys.js';
+import { parseDuration, parseInstant } from '../src/cli/args.js';
 import { migrateDatabase, runKeys } from './in-process.js';
 import { childEnv, runCli, startServer } from './process.js';
 

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { OLDEST_NODE, unsupportedRuntime } from '../src/runtime.js';
 import { migrateDatabase, runKeys } from './in-process.js';
+import { tempFolder } from './helpers.js';
 import { childEnv, runCli } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
 
@@ -14,11 +14,7 @@ const ROOT = new URL('..', import.meta.url).pathname;
 const MAIN = join(ROOT, 'dist/main.js');
 const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
 
-function tempDir(t: TestContext) {
-  const dir = mkdtempSync(join(tmpdir(), 'petstore-ops-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
+const tempDir = (t: TestContext) => tempFolder(t, 'petstore-ops-');
 
 /** What a start-up failure must look like: lines of migration progress, then one line naming the setting. */
 function assertOneLine(stderr: string, pattern: RegExp) {

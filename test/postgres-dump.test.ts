@@ -1,14 +1,13 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import pg from 'pg';
 import { issueKey } from '../src/keys/issue.js';
 import { hashKey } from '../src/keys/keys.js';
 import { openPostgresStore } from '../src/store/postgres.js';
+import { tempFolder } from './helpers.js';
 import { childEnv, runCli } from './process.js';
 import { createPostgresSchema, POSTGRES_URL, postgresSkip } from './stores.js';
 
@@ -57,8 +56,7 @@ test(
       pets.push(await store.createPet({ name, categoryId: 2n ** 62n, status: 'sold' }));
     await store.close();
 
-    const folder = mkdtempSync(join(tmpdir(), 'petstore-dump-'));
-    t.after(() => rmSync(folder, { recursive: true, force: true }));
+    const folder = tempFolder(t, 'petstore-dump-');
     const dump = join(folder, 'petstore.dump');
     // As docs/operations.md: a custom-format dump of the service's schema, restored into an empty
     // database (--schema: the test database holds other tests' schemas, created and dropped meanwhile).

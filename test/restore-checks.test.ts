@@ -6,7 +6,7 @@ import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import { readMigrations } from '../src/store/migrations.js';
 import { openSqliteStore } from '../src/store/sqlite.js';
-import { tempFolder } from './helpers.js';
+import { sqliteWithPets, tempFolder } from './helpers.js';
 import { runDatabase } from './in-process.js';
 
 /** `petstore <argv>` run in process on the SQLite file `db`, with its output collected. */
@@ -16,18 +16,11 @@ const folder = (t: TestContext) => tempFolder(t, 'petstore-restore-');
 
 /** A migrated petstore database at `path` holding `pets` animals and one key, closed. */
 async function migrated(path: string, pets: number) {
-  const store = openSqliteStore(path);
-  await store.migrate();
-  await store.close();
-  const db = new Database(path);
-  const insert = db.prepare("INSERT INTO pets (name, category_id, status) VALUES (?, 1, 'available')");
-  db.transaction(() => {
-    for (let i = 0; i < pets; i++) insert.run(`pet ${i}`);
-    db.prepare("INSERT INTO api_keys (name, hint, hash, created_at) VALUES ('ops', 'psk_ab', ?, '2026-11-01')").run(
-      Buffer.alloc(32, pets),
-    );
-  })();
-  db.close();
+  await sqliteWithPets(path, pets, (db) =>
+    db
+      .prepare("INSERT INTO api_keys (name, hint, hash, created_at) VALUES ('ops', 'psk_ab', ?, '2026-11-01')")
+      .run(Buffer.alloc(32, pets)),
+  );
 }
 
 const sha256 = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex');

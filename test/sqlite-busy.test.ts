@@ -1,13 +1,11 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import { openSqliteStore } from '../src/store/sqlite.js';
 import { StoreUnavailableError } from '../src/store/store.js';
-import { assertError, postRaw, startApp } from './helpers.js';
+import { assertError, postRaw, startApp, tempFolder } from './helpers.js';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
@@ -47,8 +45,7 @@ async function holdWriteLock(t: TestContext, path: string) {
 }
 
 async function appOnFile(t: TestContext, busyTimeoutMs: number) {
-  const dir = mkdtempSync(join(tmpdir(), 'petstore-busy-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempFolder(t, 'petstore-busy-');
   const path = join(dir, 'petstore.db');
   const store = openSqliteStore(path, { busyTimeoutMs });
   t.after(() => store.close());

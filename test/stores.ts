@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, type TestContext } from 'node:test';
+import { after, test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { openPostgresStore, type PostgresOptions } from '../src/store/postgres.js';
@@ -403,3 +403,16 @@ export async function migratedStore(kind: StoreKind, t: TestContext): Promise<[S
 
 /** Every store the contract runs on: SQLite always, PostgreSQL when reachable (and always in CI). */
 export const storeKinds: StoreKind[] = [sqlite, postgres];
+
+/**
+ * A test on PostgreSQL alone, skipped as the other PostgreSQL tests are, given two stores on one
+ * fresh migrated database, as two instances of the service have.
+ */
+export function testTwoInstances(name: string, fn: (t: TestContext, stores: [Store, Store]) => Promise<void>): void {
+  test(`PostgreSQL: ${name}`, { skip: postgres.skip }, async (t) => {
+    const database = await postgres.createDatabase(t);
+    const stores: [Store, Store] = [database.open(), database.open()];
+    await stores[0].migrate();
+    await fn(t, stores);
+  });
+}

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { callerTrace, startReceiver as startCollector } from './otlp.js';
-import { childEnv, runCli, startServer } from './process.js';
-import { startReceiver } from './webhooks.js';
+import { childEnv, startServer } from './process.js';
+import { createPetAt, prepareWithCli, startReceiver } from './webhooks.js';
 
 const CLIENT = 3; // OTLP SpanKind: SPAN_KIND_CLIENT
 
@@ -14,18 +14,11 @@ test('with tracing on, each webhook attempt is a client span of its own trace th
     OTEL_EXPORTER_OTLP_ENDPOINT: collector.url,
     OTEL_BSP_SCHEDULE_DELAY: '100',
   });
-  assert.equal((await runCli(['migrate'], env)).code, 0);
-  const { key } = JSON.parse((await runCli(['keys', 'create', '--name', 'test', '--json'], env)).stdout) as {
-    key: string;
-  };
-  const added = await runCli(['webhooks', 'add', `${receiver.url}?token=Zq7secretToken`, '--json'], env);
-  const { secret } = JSON.parse(added.stdout) as { secret: string };
+  const { key, secret } = await prepareWithCli(env, `${receiver.url}?token=Zq7secretToken`);
   const server = await startServer(t, env);
   const caller = callerTrace();
-  const created = await fetch(`${server.url}/v1/pets`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', traceparent: caller.traceparent },
-    body: '{"name":"Rex","categoryId":1}',
+  const created = await createPetAt(server.url, key, '{"name":"Rex","categoryId":1}', {
+    traceparent: caller.traceparent,
   });
   assert.equal(created.status, 201);
   const [delivered] = await receiver.waitFor(1);

@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
@@ -6,6 +7,8 @@ import type { Clock } from '../src/clock.js';
 import { runWebhooksCommand } from '../src/cli/webhooks.js';
 import { startRelay, type RelayOptions } from '../src/events/relay.js';
 import type { Store } from '../src/store/store.js';
+import type { ClaimedDelivery, WebhookStore } from '../src/store/webhooks.js';
+import { runCli } from './process.js';
 
 export interface Received {
   headers: IncomingHttpHeaders;
@@ -55,6 +58,26 @@ export async function startReceiver(
   return { url: `http://127.0.0.1:${port}/hook`, port, received, waitFor, server };
 }
 
+/**
+ * A receiver that holds every request open, unanswered, until told to answer (204 from then on),
+ * as a receiver that hangs would.
+ */
+export async function holdingReceiver(t: TestContext) {
+  let answering = false;
+  const held: ServerResponse[] = [];
+  const receiver = await startReceiver(t, (_request, _index, response) => {
+    if (answering) response.writeHead(204).end();
+    else held.push(response);
+  });
+  return {
+    ...receiver,
+    /** Answers the requests from now on (true), or holds them (false). */
+    answer: (on: boolean) => void (answering = on),
+    /** Cuts the connections of the requests held so far. */
+    dropHeld: () => held.splice(0).forEach((response) => response.destroy()),
+  };
+}
+
 /** The relay's settings for loopback receivers: small retry and give-up, http allowed on 127.0.0.1. */
 export function relayConfig(env: Record<string, string> = {}) {
   return loadConfig({
@@ -68,7 +91,64 @@ export function relayConfig(env: Record<string, string> = {}) {
 /** Log lines a relay wrote, as objects with their message in `msg`. */
 export type Lines = Record<string, unknown>[];
 
-/** A relay on `store`, stopped after the test; it polls every 20 ms and logs into `lines`. */
+/** Waits until `check` is true, polling every 20 ms, for at most `ms`. */
+export async function until(check: () => boolean | Promise<boolean>, ms = 10_000, what = 'the condition') {
+  for (const deadline = Date.now() + ms; !(await check()); await new Promise((resolve) => setTimeout(resolve, 20))) {
+    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
+  }
+}
+
+/**
+ * `store` as the relay sees it, with `looked()`: resolves, to the deliveries claimed, once the
+ * relay has made a whole look (hand-out, then claim) begun after the call; rejects after `ms`.
+ * A test shows what the relay does at a given time with it, instead of waiting to see whether
+ * something happens.
+ */
+function watchLooks(store: Store) {
+  const inner = store.webhooks;
+  let asked: ((claimed: ClaimedDelivery[]) => void)[] = [];
+  let begun: typeof asked = [];
+  const webhooks: WebhookStore = {
+    ...inner,
+    handOut(...args) {
+      begun.push(...asked);
+      asked = [];
+      return inner.handOut(...args);
+    },
+    async claim(query) {
+      const ending = begun;
+      begun = [];
+      let claimed: ClaimedDelivery[] = [];
+      try {
+        claimed = await inner.claim(query);
+        return claimed;
+      } finally {
+        for (const done of ending) done(claimed);
+      }
+    },
+  };
+  const watched = new Proxy(store, {
+    get(target, key) {
+      if (key === 'webhooks') return webhooks;
+      const value: unknown = Reflect.get(target, key);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  const looked = (ms = 5000) =>
+    new Promise<ClaimedDelivery[]>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the relay made no whole look within ${ms} ms`)), ms);
+      asked.push((claimed) => {
+        clearTimeout(timer);
+        resolve(claimed);
+      });
+    });
+  return { watched, looked };
+}
+
+/**
+ * A relay on `store`, stopped after the test; it polls every 20 ms and logs into `lines`.
+ * `looked()` resolves once it has made a whole look begun after the call (watchLooks).
+ */
 export function testRelay(
   t: TestContext,
   store: Store,
@@ -76,15 +156,16 @@ export function testRelay(
 ) {
   const lines: Lines = [];
   const at = (level: string) => (object: object, msg: string) => void lines.push({ level, ...object, msg });
+  const { watched, looked } = watchLooks(store);
   const relay = startRelay({
-    store,
+    store: watched,
     config: relayConfig(env),
     log: { info: at('info'), warn: at('warn'), error: at('error') },
     pollMs: 20,
     ...options,
   });
   t.after(() => relay.stop(500));
-  return { relay, lines };
+  return { relay, lines, looked };
 }
 
 /** Runs `petstore webhooks …` in process on `store`; resolves to its exit status and output lines. */
@@ -109,4 +190,29 @@ export async function addEndpoint(store: Store, url: string, extra: string[] = [
   const { code, out, err } = await webhooksCli(store, ['add', url, '--json', ...extra]);
   if (code !== 0) throw new Error(`webhooks add exited ${code}: ${err.join('\n')}`);
   return JSON.parse(out[0]!) as { id: number; url: string; description: string; secret: string; state: string };
+}
+
+/**
+ * Readies the database `env` names with the built command, as an operator would before the first
+ * start: migrate, an API key, and an endpoint for `url`. Resolves to the key and the endpoint's secret.
+ */
+export async function prepareWithCli(env: Record<string, string>, url: string) {
+  const migrated = await runCli(['migrate'], env);
+  assert.equal(migrated.code, 0, migrated.stderr);
+  const issued = await runCli(['keys', 'create', '--name', 'test', '--json'], env);
+  assert.equal(issued.code, 0, issued.stderr);
+  const added = await runCli(['webhooks', 'add', url, '--json'], env);
+  assert.equal(added.code, 0, added.stderr);
+  const { key } = JSON.parse(issued.stdout) as { key: string };
+  const { secret } = JSON.parse(added.stdout) as { secret: string };
+  return { key, secret };
+}
+
+/** POST /v1/pets with `body` to the service at `base` (a started process's URL), as `key`. */
+export function createPetAt(base: string, key: string, body: string, headers: Record<string, string> = {}) {
+  return fetch(`${base}/v1/pets`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body,
+  });
 }

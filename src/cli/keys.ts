@@ -5,7 +5,16 @@ import { isScope, Name, scopes as allScopes, type Scope } from '../schemas.js';
 import type { KeyRecord, Store } from '../store/store.js';
 import { issueKey } from '../keys/issue.js';
 import { hashKey, keyHint, makeKey } from '../keys/keys.js';
-import type { Output } from './output.js';
+import {
+  noArguments,
+  parseDuration,
+  parseInstant,
+  readGrace,
+  runGroupCommand,
+  UsageError,
+  type Command,
+} from './args.js';
+import { isoOrNull, jsonLine, printRows, type Output } from './output.js';
 
 export interface KeysDeps {
   io: Output;
@@ -114,56 +123,10 @@ command line or setting.
 `,
 };
 
-class UsageError extends Error {
-  constructor(
-    message: string,
-    readonly help: string,
-  ) {
-    super(message);
-  }
-}
-
-const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 // ISO 8601 text past year 9999 no longer sorts as time does (SQLite compares it as text).
 const LATEST = Date.UTC(9999, 11, 31, 23, 59, 59);
 
-/** `90d`, `12h`, `30m`, `45s` in ms; `0` too when `zero` allows it; undefined when malformed. */
-export function parseDuration(text: string, { zero = false } = {}): number | undefined {
-  if (zero && /^0+[smhd]?$/.test(text)) return 0;
-  const match = /^([1-9][0-9]{0,6})([smhd])$/.exec(text);
-  return match ? Number(match[1]) * UNIT_MS[match[2]!]! : undefined;
-}
-
-/** An RFC 3339 date-time (`2027-03-01T00:00:00Z`, `…T01:00:00.5+01:00`) as a Date; undefined when malformed. */
-export function parseInstant(text: string): Date | undefined {
-  const match =
-    /^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$/.exec(
-      text,
-    );
-  if (!match) return undefined;
-  const [year, month, day, hour, minute, second] = match.slice(1, 7).map(Number) as [
-    number,
-    number,
-    number,
-    number,
-    number,
-    number,
-  ];
-  const fields = new Date(Date.UTC(year, month - 1, day, hour, minute, second));
-  const valid =
-    fields.getUTCFullYear() === year &&
-    fields.getUTCMonth() === month - 1 &&
-    fields.getUTCDate() === day &&
-    hour < 24 &&
-    minute < 60 &&
-    second < 60;
-  const offset = match[8]!;
-  if (!valid || (offset.length > 1 && (Number(offset.slice(1, 3)) > 23 || Number(offset.slice(4)) > 59))) {
-    return undefined;
-  }
-  const instant = new Date(text.toUpperCase());
-  return Number.isNaN(instant.getTime()) ? undefined : instant;
-}
+const expiryOptions = { 'expires-in': { type: 'string' }, 'expires-at': { type: 'string' } } as const;
 
 interface Expiry {
   'expires-in'?: string;
@@ -236,16 +199,6 @@ export function nameFault(name: string): string | undefined {
  */
 const shownName = (name: string) => oneLine(name);
 
-// JSON.stringify leaves DEL, the C1 controls, the line separators and the bidirectional
-// controls as they are; written as \u escapes, the line is the same JSON and cannot drive a
-// terminal either.
-const TERMINAL_CONTROLS = /[\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
-
-/** One JSON line for standard output, with every character a terminal acts on escaped. */
-const jsonLine = (value: unknown) =>
-  JSON.stringify(value).replace(TERMINAL_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
-
-const iso = (date: Date | null) => date?.toISOString() ?? null;
 // docs/keys.md#listing-keys: last use to the minute.
 const toMinute = (date: Date) => new Date(date.getTime() - (date.getTime() % 60_000)).toISOString();
 const shownMinute = (date: Date | null) => (date ? toMinute(date).slice(0, 16) + 'Z' : '-');
@@ -268,12 +221,11 @@ async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number>
     options: {
       name: { type: 'string' },
       scope: { type: 'string', multiple: true },
-      'expires-in': { type: 'string' },
-      'expires-at': { type: 'string' },
+      ...expiryOptions,
       json: { type: 'boolean' },
     },
   });
-  if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals.join(' ')}`, help);
+  noArguments(positionals, help);
   const name = values.name;
   if (name === undefined) throw new UsageError('keys create needs --name', help);
   const fault = nameFault(name);
@@ -290,7 +242,7 @@ async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number>
   const { io } = deps;
   if (values.json) {
     const { id, scopes: held, createdAt } = record;
-    io.out(jsonLine({ id, name: record.name, key, scopes: held, createdAt, expiresAt: iso(record.expiresAt) }));
+    io.out(jsonLine({ id, name: record.name, key, scopes: held, createdAt, expiresAt: isoOrNull(record.expiresAt) }));
   } else {
     io.out(key);
     io.err(`Created ${issuedNote(record)}. It is shown only this once: keep it somewhere safe.`);
@@ -300,37 +252,27 @@ async function createKeyCommand(deps: KeysDeps, args: string[]): Promise<number>
 
 async function listKeysCommand(deps: KeysDeps, args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
-  if (positionals.length > 0) {
-    throw new UsageError(`unexpected argument: ${positionals.join(' ')}`, keysHelp['keys list']!);
-  }
+  noArguments(positionals, keysHelp['keys list']!);
   const keys = await deps.withStore((store) => store.listKeys());
   const now = deps.now?.() ?? new Date();
-  const { io } = deps;
-  if (values.json) {
-    for (const k of keys) {
-      io.out(
-        jsonLine({
-          id: k.id,
-          name: k.name,
-          hint: k.hint,
-          scopes: k.scopes,
-          createdAt: k.createdAt.toISOString(),
-          expiresAt: iso(k.expiresAt),
-          state: keyState(k, now),
-          lastUsedAt: k.lastUsedAt && toMinute(k.lastUsedAt),
-          lastDeprecatedUseAt: k.lastDeprecatedUseAt && toMinute(k.lastDeprecatedUseAt),
-          revokedAt: iso(k.revokedAt),
-          replacedBy: k.replacedBy,
-        }),
-      );
-    }
-    return 0;
-  }
-  io.out(['ID', 'NAME', 'KEY', 'SCOPES', 'CREATED', 'EXPIRES', 'STATE', 'LAST USED', 'LAST DEPRECATED USE'].join('\t'));
-  for (const k of keys) {
-    const state = keyState(k, now);
-    io.out(
-      [
+  printRows(deps.io, values.json, keys, {
+    json: (k) => ({
+      id: k.id,
+      name: k.name,
+      hint: k.hint,
+      scopes: k.scopes,
+      createdAt: k.createdAt.toISOString(),
+      expiresAt: isoOrNull(k.expiresAt),
+      state: keyState(k, now),
+      lastUsedAt: k.lastUsedAt && toMinute(k.lastUsedAt),
+      lastDeprecatedUseAt: k.lastDeprecatedUseAt && toMinute(k.lastDeprecatedUseAt),
+      revokedAt: isoOrNull(k.revokedAt),
+      replacedBy: k.replacedBy,
+    }),
+    header: ['ID', 'NAME', 'KEY', 'SCOPES', 'CREATED', 'EXPIRES', 'STATE', 'LAST USED', 'LAST DEPRECATED USE'],
+    cells: (k) => {
+      const state = keyState(k, now);
+      return [
         k.id,
         shownName(k.name),
         k.hint,
@@ -340,9 +282,9 @@ async function listKeysCommand(deps: KeysDeps, args: string[]): Promise<number> 
         k.replacedBy !== null && state === 'active' ? `active (replaced by ${k.replacedBy})` : state,
         shownMinute(k.lastUsedAt),
         shownMinute(k.lastDeprecatedUseAt),
-      ].join('\t'),
-    );
-  }
+      ];
+    },
+  });
   return 0;
 }
 
@@ -356,8 +298,6 @@ async function revokeKeyCommand(deps: KeysDeps, args: string[]): Promise<number>
   return revoked ? 0 : 1;
 }
 
-const DEFAULT_GRACE = '24h';
-
 async function rollKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
   const help = keysHelp['keys roll']!;
   const { values, positionals } = parseArgs({
@@ -365,21 +305,13 @@ async function rollKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
     allowPositionals: true,
     options: {
       grace: { type: 'string' },
-      'expires-in': { type: 'string' },
-      'expires-at': { type: 'string' },
+      ...expiryOptions,
       json: { type: 'boolean' },
     },
   });
   if (positionals.length !== 1) throw new UsageError('keys roll needs one id', help);
   const id = readId(positionals[0], 'roll');
-  const graceText = values.grace ?? DEFAULT_GRACE;
-  const grace = parseDuration(graceText, { zero: true });
-  if (grace === undefined) {
-    throw new UsageError(
-      `--grace must be 0 or a whole number and a unit, s, m, h or d, like 24h (got "${graceText}")`,
-      help,
-    );
-  }
+  const grace = readGrace(values.grace, help);
   const now = deps.now?.() ?? new Date();
   if (now.getTime() + grace > LATEST) throw new UsageError('the grace must end before the year 10000', help);
   const asked = readExpiry(values, now, help);
@@ -420,9 +352,9 @@ async function rollKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
         key,
         scopes: successor.scopes,
         createdAt: successor.createdAt.toISOString(),
-        expiresAt: iso(successor.expiresAt),
+        expiresAt: isoOrNull(successor.expiresAt),
         replaces: old.id,
-        replacedExpiresAt: iso(old.expiresAt),
+        replacedExpiresAt: isoOrNull(old.expiresAt),
       }),
     );
   } else {
@@ -435,7 +367,7 @@ async function rollKeyCommand(deps: KeysDeps, args: string[]): Promise<number> {
   return 0;
 }
 
-const commands: Record<string, (deps: KeysDeps, args: string[]) => Promise<number>> = {
+const commands: Record<string, Command<KeysDeps>> = {
   create: createKeyCommand,
   list: listKeysCommand,
   revoke: revokeKeyCommand,
@@ -449,28 +381,6 @@ const commands: Record<string, (deps: KeysDeps, args: string[]) => Promise<numbe
  * @example
  * process.exitCode = await runKeysCommand(['roll', '3', '--grace', '1h'], { io, withStore });
  */
-export async function runKeysCommand(args: string[], deps: KeysDeps): Promise<number> {
-  const [command, ...rest] = args;
-  const run = command === undefined ? undefined : commands[command];
-  const help = (run && keysHelp[`keys ${command}`]) || keysHelp.keys!;
-  try {
-    if (args.includes('--help') || args.includes('-h')) {
-      deps.io.out(help);
-      return 0;
-    }
-    if (!run) throw new UsageError(command ? `unknown command: keys ${args.join(' ')}` : 'no keys command given', help);
-    try {
-      return await run(deps, rest);
-    } catch (error) {
-      const code = (error as { code?: unknown }).code;
-      if (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS'))
-        throw new UsageError((error as Error).message, help);
-      throw error;
-    }
-  } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
-    // One line, whatever the command line held (unknown scope "…", unexpected argument …).
-    deps.io.err(`petstore: ${oneLine(error.message)}\n\n${error.help}`);
-    return 2;
-  }
+export function runKeysCommand(args: string[], deps: KeysDeps): Promise<number> {
+  return runGroupCommand('keys', args, deps, { commands, help: keysHelp });
 }

@@ -5,8 +5,8 @@ import { makeSecret } from '../events/signature.js';
 import { refuseWebhookUrl } from '../events/url-policy.js';
 import type { Store } from '../store/store.js';
 import type { WebhookEndpointRecord } from '../store/webhooks.js';
-import { parseDuration } from './keys.js';
-import type { Output } from './output.js';
+import { noArguments, readGrace, runGroupCommand, UsageError, type Command } from './args.js';
+import { isoOrNull, jsonLine, printRows, type Output } from './output.js';
 
 export interface WebhooksDeps {
   io: Output;
@@ -136,29 +136,16 @@ ${byId}
 `,
 };
 
-class UsageError extends Error {
-  constructor(
-    message: string,
-    readonly help: string,
-  ) {
-    super(message);
-  }
-}
-
 const DESCRIPTION_LIMIT = 255;
 // The pet-name rule (docs/api.md#validation): no control character or lone surrogate.
 const UNPRINTABLE = /[\p{Cc}\p{Cs}]/u;
-// JSON.stringify leaves these as they are; written \uXXXX the line still parses to the same text,
-// and a terminal shows it as sent.
-const JSON_UNSAFE = /[\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
-
-/** One JSON line with every control and bidirectional character escaped. */
-const jsonLine = (value: unknown) =>
-  JSON.stringify(value).replace(JSON_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
-
-const iso = (date: Date | null) => date?.toISOString() ?? null;
 const shown = (date: Date | null) => date?.toISOString() ?? '-';
 const stateOf = (endpoint: WebhookEndpointRecord) => (endpoint.disabledAt ? 'disabled' : 'enabled');
+
+function noSuchEndpoint(io: Output, id: number): number {
+  io.err(`No webhook endpoint has id ${id}; see 'petstore webhooks list'.`);
+  return 1;
+}
 
 function readId(positionals: string[], command: string): number {
   const [text] = positionals;
@@ -218,45 +205,34 @@ async function addCommand(deps: WebhooksDeps, args: string[]): Promise<number> {
 }
 
 async function listCommand(deps: WebhooksDeps, args: string[]): Promise<number> {
-  const help = webhooksHelp['webhooks list']!;
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
-  if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals.join(' ')}`, help);
+  noArguments(positionals, webhooksHelp['webhooks list']!);
   const endpoints = await deps.withStore((store) => store.webhooks.listEndpoints());
-  const { io } = deps;
-  if (values.json) {
-    for (const e of endpoints) {
-      io.out(
-        jsonLine({
-          id: e.id,
-          url: e.url,
-          description: e.description,
-          state: stateOf(e),
-          createdAt: e.createdAt.toISOString(),
-          lastSuccessAt: iso(e.lastSuccessAt),
-          lastFailureAt: iso(e.lastFailureAt),
-          waiting: e.waiting,
-          disabledAt: iso(e.disabledAt),
-          previousSecretUntil: iso(e.previousSecretUntil),
-        }),
-      );
-    }
-    return 0;
-  }
-  io.out(['ID', 'URL', 'DESCRIPTION', 'STATE', 'CREATED', 'LAST SUCCESS', 'LAST FAILURE', 'WAITING'].join('\t'));
-  for (const e of endpoints) {
-    io.out(
-      [
-        e.id,
-        oneLine(e.url),
-        oneLine(e.description) || '-',
-        stateOf(e),
-        e.createdAt.toISOString(),
-        shown(e.lastSuccessAt),
-        shown(e.lastFailureAt),
-        e.waiting,
-      ].join('\t'),
-    );
-  }
+  printRows(deps.io, values.json, endpoints, {
+    json: (e) => ({
+      id: e.id,
+      url: e.url,
+      description: e.description,
+      state: stateOf(e),
+      createdAt: e.createdAt.toISOString(),
+      lastSuccessAt: isoOrNull(e.lastSuccessAt),
+      lastFailureAt: isoOrNull(e.lastFailureAt),
+      waiting: e.waiting,
+      disabledAt: isoOrNull(e.disabledAt),
+      previousSecretUntil: isoOrNull(e.previousSecretUntil),
+    }),
+    header: ['ID', 'URL', 'DESCRIPTION', 'STATE', 'CREATED', 'LAST SUCCESS', 'LAST FAILURE', 'WAITING'],
+    cells: (e) => [
+      e.id,
+      oneLine(e.url),
+      oneLine(e.description) || '-',
+      stateOf(e),
+      e.createdAt.toISOString(),
+      shown(e.lastSuccessAt),
+      shown(e.lastFailureAt),
+      e.waiting,
+    ],
+  });
   return 0;
 }
 
@@ -264,9 +240,9 @@ async function removeCommand(deps: WebhooksDeps, args: string[]): Promise<number
   const { positionals } = parseArgs({ args, allowPositionals: true, options: {} });
   const id = readId(positionals, 'remove');
   const removed = await deps.withStore((store) => store.webhooks.removeEndpoint(id));
-  if (removed) deps.io.err(`Removed webhook endpoint ${id}.`);
-  else deps.io.err(`No webhook endpoint has id ${id}; see 'petstore webhooks list'.`);
-  return removed ? 0 : 1;
+  if (!removed) return noSuchEndpoint(deps.io, id);
+  deps.io.err(`Removed webhook endpoint ${id}.`);
+  return 0;
 }
 
 async function enableCommand(deps: WebhooksDeps, args: string[]): Promise<number> {
@@ -275,10 +251,7 @@ async function enableCommand(deps: WebhooksDeps, args: string[]): Promise<number
   const now = deps.now?.() ?? new Date();
   const outcome = await deps.withStore((store) => store.webhooks.enableEndpoint(id, now.getTime()));
   const { io } = deps;
-  if (outcome === 'unknown') {
-    io.err(`No webhook endpoint has id ${id}; see 'petstore webhooks list'.`);
-    return 1;
-  }
+  if (outcome === 'unknown') return noSuchEndpoint(io, id);
   io.err(
     outcome === 'enabled'
       ? `Enabled webhook endpoint ${id}: it receives the events created from now on, and its retries waiting.`
@@ -295,22 +268,12 @@ async function rollCommand(deps: WebhooksDeps, args: string[]): Promise<number> 
     options: { grace: { type: 'string' }, json: { type: 'boolean' } },
   });
   const id = readId(positionals, 'roll');
-  const graceText = values.grace ?? '24h';
-  const grace = parseDuration(graceText, { zero: true });
-  if (grace === undefined) {
-    throw new UsageError(
-      `--grace must be 0 or a whole number and a unit, s, m, h or d, like 24h (got "${oneLine(graceText)}")`,
-      help,
-    );
-  }
+  const grace = readGrace(values.grace, help);
   const until = (deps.now?.() ?? new Date()).getTime() + grace;
   const secret = makeSecret();
   const rolled = await deps.withStore((store) => store.webhooks.rollSecret(id, secret, until));
   const { io } = deps;
-  if (!rolled) {
-    io.err(`No webhook endpoint has id ${id}; see 'petstore webhooks list'.`);
-    return 1;
-  }
+  if (!rolled) return noSuchEndpoint(io, id);
   if (values.json) {
     io.out(jsonLine({ id, secret, previousSecretUntil: new Date(until).toISOString() }));
   } else {
@@ -336,35 +299,29 @@ async function deliveriesCommand(deps: WebhooksDeps, args: string[]): Promise<nu
     throw new UsageError(`--limit must be an integer from 1 to 100 (got "${oneLine(limitText)}")`, help);
   }
   const attempts = await deps.withStore((store) => store.webhooks.listAttempts(id, Number(limitText)));
-  const { io } = deps;
-  if (!attempts) {
-    io.err(`No webhook endpoint has id ${id}; see 'petstore webhooks list'.`);
-    return 1;
-  }
-  if (values.json) {
-    for (const a of attempts) {
-      io.out(
-        jsonLine({
-          eventId: a.eventId,
-          attempt: a.attempt,
-          at: a.at.toISOString(),
-          status: a.status,
-          error: a.error,
-          durationMs: a.durationMs,
-        }),
-      );
-    }
-    return 0;
-  }
-  io.out(['EVENT', 'ATTEMPT', 'AT', 'RESULT', 'DURATION'].join('\t'));
-  for (const a of attempts) {
-    const result = a.error === null ? `HTTP ${a.status}` : oneLine(a.error);
-    io.out([a.eventId, a.attempt, a.at.toISOString(), result, `${a.durationMs} ms`].join('\t'));
-  }
+  if (!attempts) return noSuchEndpoint(deps.io, id);
+  printRows(deps.io, values.json, attempts, {
+    json: (a) => ({
+      eventId: a.eventId,
+      attempt: a.attempt,
+      at: a.at.toISOString(),
+      status: a.status,
+      error: a.error,
+      durationMs: a.durationMs,
+    }),
+    header: ['EVENT', 'ATTEMPT', 'AT', 'RESULT', 'DURATION'],
+    cells: (a) => [
+      a.eventId,
+      a.attempt,
+      a.at.toISOString(),
+      a.error === null ? `HTTP ${a.status}` : oneLine(a.error),
+      `${a.durationMs} ms`,
+    ],
+  });
   return 0;
 }
 
-const commands: Record<string, (deps: WebhooksDeps, args: string[]) => Promise<number>> = {
+const commands: Record<string, Command<WebhooksDeps>> = {
   add: addCommand,
   list: listCommand,
   remove: removeCommand,
@@ -380,32 +337,6 @@ const commands: Record<string, (deps: WebhooksDeps, args: string[]) => Promise<n
  * @example
  * process.exitCode = await runWebhooksCommand(['list', '--json'], { io, withStore, allowHttp: () => [] });
  */
-export async function runWebhooksCommand(args: string[], deps: WebhooksDeps): Promise<number> {
-  const [command, ...rest] = args;
-  const run = command === undefined ? undefined : commands[command];
-  const help = (run && webhooksHelp[`webhooks ${command}`]) || webhooksHelp.webhooks!;
-  try {
-    if (args.includes('--help') || args.includes('-h')) {
-      deps.io.out(help);
-      return 0;
-    }
-    if (!run) {
-      throw new UsageError(
-        command ? `unknown command: webhooks ${oneLine(args.join(' '))}` : 'no webhooks command given',
-        help,
-      );
-    }
-    try {
-      return await run(deps, rest);
-    } catch (error) {
-      const code = (error as { code?: unknown }).code;
-      if (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS'))
-        throw new UsageError(oneLine((error as Error).message), help);
-      throw error;
-    }
-  } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
-    deps.io.err(`petstore: ${error.message}\n\n${error.help}`);
-    return 2;
-  }
+export function runWebhooksCommand(args: string[], deps: WebhooksDeps): Promise<number> {
+  return runGroupCommand('webhooks', args, deps, { commands, help: webhooksHelp });
 }

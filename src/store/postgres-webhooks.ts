@@ -65,17 +65,18 @@ const statements = {
     'UPDATE webhook_endpoints SET cursor_tx = last.tx, cursor_seq = last.seq FROM last WHERE id = $1 ' +
     'RETURNING (SELECT count(*) FROM ev) AS copied',
   // Each enabled endpoint's earliest due deliveries (twice the slots: some may be taken by
-  // another instance meanwhile), in turns across endpoints, the one with the fewest attempts in
-  // flight first (sqlite-webhooks.ts, inTurns); SKIP LOCKED: instances claiming at once take
-  // different deliveries, and the lease then keeps the others off a claimed one until it expires.
+  // another instance meanwhile), those due at the same instant in the feed's order (tx, seq), in
+  // turns across endpoints, the one with the fewest attempts in flight first (sqlite-webhooks.ts,
+  // inTurns); SKIP LOCKED: instances claiming at once take different deliveries, and the lease
+  // then keeps the others off a claimed one until it expires.
   claim:
     'WITH busy AS (SELECT endpoint_id, count(*) AS n FROM webhook_deliveries ' +
     'WHERE lease_until IS NOT NULL AND lease_until > $1 GROUP BY endpoint_id), ' +
     'cand AS (SELECT x.endpoint_id, x.tx, x.seq, x.next_at, ' +
-    'coalesce(b.n, 0) + row_number() OVER (PARTITION BY x.endpoint_id ORDER BY x.next_at) AS turn ' +
+    'coalesce(b.n, 0) + row_number() OVER (PARTITION BY x.endpoint_id ORDER BY x.next_at, x.tx, x.seq) AS turn ' +
     'FROM webhook_endpoints w CROSS JOIN LATERAL (SELECT endpoint_id, tx, seq, next_at FROM webhook_deliveries ' +
     'WHERE endpoint_id = w.id AND next_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) ' +
-    'ORDER BY next_at LIMIT $2 * 2) x LEFT JOIN busy b ON b.endpoint_id = w.id WHERE w.disabled_at IS NULL), ' +
+    'ORDER BY next_at, tx, seq LIMIT $2 * 2) x LEFT JOIN busy b ON b.endpoint_id = w.id WHERE w.disabled_at IS NULL), ' +
     'c AS (SELECT d.endpoint_id, d.tx, d.seq FROM webhook_deliveries d ' +
     'JOIN cand ON cand.endpoint_id = d.endpoint_id AND cand.tx = d.tx AND cand.seq = d.seq ' +
     'WHERE d.next_at <= $1 AND (d.lease_until IS NULL OR d.lease_until <= $1) ' +

@@ -66,8 +66,9 @@ export function secretsAt(now: number, secret: string, previous: string | null, 
 
 /**
  * The `limit` deliveries to lease among `rows` (each endpoint's earliest due, in next_at order,
- * with `busy`, the leases it holds): endpoints take turns, the one with the fewest attempts in
- * flight first, so an endpoint that hangs or fails cannot take every slot from the others.
+ * then the feed's, with `busy`, the leases it holds): endpoints take turns, the one with the
+ * fewest attempts in flight first, so an endpoint that hangs or fails cannot take every slot from
+ * the others; an endpoint's own deliveries keep the order of `rows`.
  */
 export function inTurns<T extends { endpoint_id: bigint | number; next_at: bigint | number; busy: bigint | number }>(
   rows: T[],
@@ -156,16 +157,20 @@ export function sqliteWebhooks(
       'SELECT max(seq) AS seq FROM (SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT ?)',
     ),
     moveCursor: db.prepare('UPDATE webhook_endpoints SET cursor_seq = ? WHERE id = ?'),
-    // Each enabled endpoint's earliest due deliveries, with the leases it holds now.
+    // Each enabled endpoint's earliest due deliveries, with the leases it holds now; those due at
+    // the same instant in the order the feed lists them (docs/webhooks.md#the-relay). That is
+    // rowid order: a hand-out copies the events after the endpoint's cursor in seq order, each
+    // row a rowid above every row there, and a row keeps its rowid. It is the due index's own
+    // order after next_at, so no sort is added (seq would sort every due row, per row scanned).
     due: db.prepare<[number, number, number, number], ClaimRow>(
       'SELECT d.endpoint_id, d.seq, d.attempts, d.next_at, w.url, w.secret, w.previous_secret, w.previous_until, ' +
         'coalesce(b.n, 0) AS busy FROM webhook_endpoints w ' +
         'JOIN webhook_deliveries d ON d.endpoint_id = w.id AND d.seq IN (SELECT x.seq FROM webhook_deliveries x ' +
         'WHERE x.endpoint_id = w.id AND x.next_at <= ? AND (x.lease_until IS NULL OR x.lease_until <= ?) ' +
-        'ORDER BY x.next_at LIMIT ?) ' +
+        'ORDER BY x.next_at, x.rowid LIMIT ?) ' +
         'LEFT JOIN (SELECT endpoint_id, count(*) AS n FROM webhook_deliveries ' +
         'WHERE lease_until IS NOT NULL AND lease_until > ? GROUP BY endpoint_id) b ON b.endpoint_id = w.id ' +
-        'WHERE w.disabled_at IS NULL ORDER BY d.endpoint_id, d.next_at',
+        'WHERE w.disabled_at IS NULL ORDER BY d.endpoint_id, d.next_at, d.rowid',
     ),
     lease: db.prepare(
       'UPDATE webhook_deliveries SET lease_until = ?, lease_owner = ?, attempts = attempts + 1 ' +
