@@ -61,10 +61,13 @@ test('keys revoke marks the key revoked, and refuses an unknown id', async (t) =
 
 test('a bad command or argument prints usage and exits 2', async (t) => {
   const env = childEnv(t);
-  for (const args of [[], ['fly'], ['keys', 'create'], ['keys', 'revoke', 'abc'], ['keys', 'list', '--bogus']]) {
+  const cases = [[], ['fly'], ['toString'], ['keys', 'create'], ['keys', 'revoke', 'abc'], ['keys', 'list', '--bogus']];
+  for (const args of cases) {
     const { code, stderr } = await runCli(args, env);
     assert.equal(code, 2, args.join(' '));
     assert.match(stderr, /Usage: petstore/, args.join(' '));
+    // A name every object has is no command: nothing of Object.prototype is printed.
+    assert.doesNotMatch(stderr, /native code/, args.join(' '));
   }
 });
 

@@ -89,6 +89,9 @@ for (const kind of storeKinds) {
       [['roll', '1', '--grace', 'soon'], /--grace must be/],
       [['deliveries', 'one'], /needs the one numeric id/],
       [['bogus'], /unknown command: webhooks bogus/],
+      // A name every object has is no command either.
+      [['toString'], /unknown command: webhooks toString/],
+      [['constructor'], /unknown command: webhooks constructor/],
     ];
     for (const [args, message] of refusals) {
       const { code, err } = await webhooksCli(store, args, { allowHttp: ['localhost'] });

@@ -84,7 +84,8 @@ export async function runGroupCommand<Deps extends { io: Output }>(
   { commands, help }: { commands: Record<string, Command<Deps>>; help: Record<string, string> },
 ): Promise<number> {
   const [command, ...rest] = args;
-  const run = command === undefined ? undefined : commands[command];
+  // Own names only: `keys toString` is an unknown command, not Object.prototype's.
+  const run = command !== undefined && Object.hasOwn(commands, command) ? commands[command] : undefined;
   const usage = (run && help[`${group} ${command}`]) || help[group]!;
   try {
     if (args.includes('--help') || args.includes('-h')) {

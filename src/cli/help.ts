@@ -69,8 +69,9 @@ export function askedHelp(positionals: string[], help: boolean): string | undefi
   const words = positionals[0] === 'help' ? positionals.slice(1) : help ? positionals : undefined;
   if (!words) return undefined;
   for (let n = Math.min(words.length, 2); n > 0; n--) {
-    const text = commandHelp[words.slice(0, n).join(' ')];
-    if (text) return text;
+    const name = words.slice(0, n).join(' ');
+    // Own names only: `petstore toString` is an unknown command, not Object.prototype's.
+    if (Object.hasOwn(commandHelp, name)) return commandHelp[name];
   }
   return usage;
 }
