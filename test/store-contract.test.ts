@@ -60,6 +60,7 @@ for (const kind of storeKinds) {
       '005_key_deprecated_use',
       '006_events',
       '007_webhooks',
+      '008_webhook_due_order',
     ];
 
     it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {
