@@ -4,6 +4,7 @@ import { dirname, join, relative } from 'node:path';
 import { test } from 'node:test';
 import { settings } from '../src/config.js';
 import { errorCodes } from '../src/schemas.js';
+import { readMigrations } from '../src/store/migrations.js';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const read = (path: string) => readFileSync(join(ROOT, path), 'utf8');
@@ -55,6 +56,14 @@ test('the README shows the two commands a newcomer runs, and stays a short page'
   for (const page of pages.filter((path) => path !== 'README.md')) {
     assert.ok(readme.includes(`](${page})`), `the README links to ${page}`);
   }
+});
+
+test("the README's first start applies every migration there is, in order", () => {
+  const applied = [...read('README.md').matchAll(/^Applied ([0-9]{3}_[a-z0-9_]+) \([0-9]+ ms\)\.$/gm)].map((m) => m[1]);
+  assert.deepEqual(
+    applied,
+    readMigrations('sqlite').map((migration) => migration.name),
+  );
 });
 
 test('docs/configuration.md documents every setting with its default', () => {
