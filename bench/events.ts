@@ -218,6 +218,10 @@ const BACKLOG_FEW = 1_000;
 // RSS is read once a second for this many seconds, /metrics scraped before each reading; the
 // median is reported.
 const BACKLOG_SAMPLES = 5;
+// Before each reading of a phase with events waiting, /metrics is scraped each second for this
+// long: the relay's attempts to the hanging receiver time out (PETSTORE_WEBHOOK_TIMEOUT_MS, 10 s)
+// and are retried meanwhile, so both phases are read with the relay in the same state.
+const BACKLOG_SETTLE_S = 20;
 
 /** The median of `values`, ignoring undefined; undefined when none is left. */
 function medianOf(values: (number | undefined)[]): number | undefined {
@@ -257,6 +261,12 @@ export async function runBacklog(
         if (response.status !== 200) throw new Error(`/metrics answered ${response.status}: ${text}`);
         waiting = Number(/^petstore_webhook_events_waiting (\S+)$/m.exec(text)?.[1] ?? NaN);
       };
+      const settle = async (seconds: number) => {
+        for (let i = 0; i < seconds; i++) {
+          await scrape();
+          await sleep(1000);
+        }
+      };
       const sample = async () => {
         const rss: (number | undefined)[] = [];
         for (let i = 0; i < BACKLOG_SAMPLES; i++) {
@@ -267,7 +277,7 @@ export async function runBacklog(
         return medianOf(rss);
       };
       // Warm first: the service's first seconds settle its memory (a look, a scrape, the JIT).
-      await sample();
+      await settle(BACKLOG_SAMPLES);
       const rssNone = await sample();
       const seenNone = waiting;
       // One window first: the relay as busy as with any backlog (its attempts held, retried).
@@ -279,12 +289,12 @@ export async function runBacklog(
         if (Date.now() > deadline) throw new Error(`the relay did not reach the receiver:\n${service.output()}`);
         await sleep(100);
       }
-      await sample();
+      await settle(BACKLOG_SETTLE_S);
       const rssFew = await sample();
       const seenFew = waiting;
       service.resetPeak();
       await writeEvents(seeded, events - few);
-      await sample();
+      await settle(BACKLOG_SETTLE_S);
       const rssWaiting = await sample();
       if (service.child.exitCode !== null) throw new Error(`${service.name} exited:\n${service.output()}`);
       return {
@@ -292,6 +302,7 @@ export async function runBacklog(
         events,
         few,
         readings: BACKLOG_SAMPLES,
+        settleSeconds: BACKLOG_SETTLE_S,
         waitingNone: seenNone,
         waitingFew: seenFew,
         waitingSeen: waiting,

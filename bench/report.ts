@@ -72,6 +72,8 @@ export interface BacklogRun {
   few: number;
   /** RSS readings per phase, one a second. */
   readings: number;
+  /** Seconds each phase with events waiting ran before its readings. */
+  settleSeconds: number;
   /** petstore_webhook_events_waiting at the end of each phase. */
   waitingNone: number;
   waitingFew: number;
@@ -484,7 +486,7 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
       '',
       `### Memory with ${int(info.backlog[0]!.events)} events waiting for a receiver that hangs`,
       '',
-      `The service as shipped on a store of its own, one endpoint at \`bench/receiver.mjs\` answering no delivery (each attempt held until the service's timeout, then retried). Its RSS is read once a second for ${info.backlog[0]!.readings} s after as many to settle, \`/metrics\` scraped before each reading: with no event waiting; with ${int(info.backlog[0]!.few)} written into the store, the relay holding its \`PETSTORE_WEBHOOK_CONCURRENCY\` attempts; with ${int(info.backlog[0]!.events)} in all. The medians, and the peak from the last writing on. What the backlog itself costs is "${int(info.backlog[0]!.events)} against ${int(info.backlog[0]!.few)}"; against none, the relay at work counts too. The relay hands out a bounded window of events per endpoint and keeps only the attempts in flight in memory (docs/webhooks.md#the-relay).`,
+      `The service as shipped on a store of its own, one endpoint at \`bench/receiver.mjs\` answering no delivery (each attempt held until the service's timeout, then retried). Its RSS is read once a second for ${info.backlog[0]!.readings} s, \`/metrics\` scraped each second throughout: with no event waiting; with ${int(info.backlog[0]!.few)} written into the store, the relay holding its \`PETSTORE_WEBHOOK_CONCURRENCY\` attempts; with ${int(info.backlog[0]!.events)} in all; each phase with events waiting ${info.backlog[0]!.settleSeconds} s before its readings, the attempts timing out and retried meanwhile. The medians, and the peak from the last writing on. What the backlog itself costs is "${int(info.backlog[0]!.events)} against ${int(info.backlog[0]!.few)}"; against none, the relay at work counts too. The relay hands out a bounded window of events per endpoint and keeps only the attempts in flight in memory (docs/webhooks.md#the-relay).`,
       '',
       ...renderBacklog(info.backlog),
     );

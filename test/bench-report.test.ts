@@ -406,6 +406,7 @@ test('the events section has the service’s RSS with a backlog waiting for a ha
       events: 100_000,
       few: 1_000,
       readings: 5,
+      settleSeconds: 20,
       waitingNone: 0,
       waitingFew: 1_000,
       waitingSeen: 100_000,
@@ -420,6 +421,7 @@ test('the events section has the service’s RSS with a backlog waiting for a ha
       events: 100_000,
       few: 1_000,
       readings: 5,
+      settleSeconds: 20,
       waitingNone: 0,
       waitingFew: 1_000,
       waitingSeen: 100_000,
@@ -446,7 +448,8 @@ test('the events section has the service’s RSS with a backlog waiting for a ha
   const section = latest.indexOf('### Memory with 100,000 events waiting for a receiver that hangs');
   assert.ok(heading >= 0 && section > heading);
   for (const line of table) assert.ok(latest.includes(line), `the report has ${line}`);
-  assert.match(latest, /read once a second for 5 s after as many to settle, `\/metrics` scraped before each reading/);
+  assert.match(latest, /read once a second for 5 s, `\/metrics` scraped each second throughout/);
+  assert.match(latest, /each phase with events waiting 20 s before its readings/);
   assert.match(latest, /What the backlog itself costs is "100,000 against 1,000"/);
   assert.ok(!summary.includes('hangs'), 'not in the summary the docs copy');
   const withRows = renderReport(RUN, {
