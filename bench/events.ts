@@ -1,8 +1,12 @@
 // The events row of `npm run bench`: webhook delivery to a local receiver (bench/receiver.mjs).
 // The shipped service on a store of its own, one endpoint registered, creates at a steady rate;
 // measured: events delivered a second while the creates run, the time to drain what is left after
-// the last 201, and the lag from each 201 to its event's first delivery. bench/README.md explains it.
-// Alone, after `npm run build`: node --import tsx bench/events.ts [--seconds 5] [--rate 250,1000] [--postgres]
+// the last 201, and the lag from each 201 to its event's first delivery. Then the backlog measure:
+// the service's RSS with 100,000 events waiting for a receiver that hangs, against none waiting.
+// bench/README.md explains it.
+// Alone, after `npm run build`:
+//   node --import tsx bench/events.ts [--seconds 5] [--rate 250,1000] [--backlog 100000] [--postgres]
+// (--rate 0: the backlog measure alone; --backlog 0: without it).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -10,10 +14,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import { settings } from '../src/config.js';
 import { CONNECTIONS } from './load.js';
 import { runPetstore, startReceiver, startService } from './processes.js';
-import { renderEvents, type EventsRun } from './report.js';
-import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
+import { renderBacklog, renderEvents, type BacklogRun, type EventsRun } from './report.js';
+import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, writeEvents, type Seeded } from './seed.js';
 
 /** One 201: when it arrived (`Date.now()`) and the created pet's id. */
 export interface Created {
@@ -206,22 +211,137 @@ export async function runEvents(
   }
 }
 
+/** Events written for the backlog measure: what a long outage of a receiver leaves waiting. */
+export const BACKLOG_EVENTS = 100_000;
+/** Events written first: one window of the relay's (src/events/relay.ts), a backlog too small to matter. */
+const BACKLOG_FEW = 1_000;
+// RSS is read once a second for this many seconds, /metrics scraped before each reading; the
+// median is reported.
+const BACKLOG_SAMPLES = 5;
+// Before each reading of a phase with events waiting, /metrics is scraped each second for this
+// long: the relay's attempts to the hanging receiver time out (PETSTORE_WEBHOOK_TIMEOUT_MS, 10 s)
+// and are retried meanwhile, so both phases are read with the relay in the same state.
+const BACKLOG_SETTLE_S = 20;
+
+/** The median of `values`, ignoring undefined; undefined when none is left. */
+function medianOf(values: (number | undefined)[]): number | undefined {
+  const sorted = values.filter((v): v is number => v !== undefined).sort((a, b) => a - b);
+  return sorted.length === 0 ? undefined : sorted[Math.floor((sorted.length - 1) / 2)];
+}
+
+/**
+ * The backlog measure on `store`: the service as shipped, on the store `seeded` (fresh), one
+ * endpoint added at a receiver that never answers; its RSS with no event waiting, then with
+ * BACKLOG_FEW events written straight into the store (the service running meanwhile: the relay
+ * now holds PETSTORE_WEBHOOK_CONCURRENCY attempts to the receiver), then with `events`. /metrics
+ * is scraped each second throughout, so what its gauges cost is in the figures. The backlog's own
+ * cost is the last against the second; against the first, the relay at work counts too.
+ */
+export async function runBacklog(
+  store: BacklogRun['store'],
+  seeded: Seeded,
+  {
+    events = BACKLOG_EVENTS,
+    serverCpu,
+    receiverCpu,
+    logFile,
+  }: { events?: number; serverCpu?: number; receiverCpu?: number; logFile: string },
+): Promise<BacklogRun> {
+  const few = Math.min(BACKLOG_FEW, events);
+  const receiver = await startReceiver(receiverCpu, { hang: true });
+  const env = { ...seeded.env, PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1' };
+  try {
+    runPetstore(['webhooks', 'add', `${receiver.url}/hook`, '--description', 'hanging receiver', '--json'], env);
+    const service = await startService(`${store} backlog`, env, serverCpu, logFile);
+    try {
+      let waiting = NaN;
+      const scrape = async () => {
+        const response = await fetch(`${service.url}/metrics`, { headers: { authorization: `Bearer ${seeded.key}` } });
+        const text = await response.text();
+        if (response.status !== 200) throw new Error(`/metrics answered ${response.status}: ${text}`);
+        waiting = Number(/^petstore_webhook_events_waiting (\S+)$/m.exec(text)?.[1] ?? NaN);
+      };
+      const settle = async (seconds: number) => {
+        for (let i = 0; i < seconds; i++) {
+          await scrape();
+          await sleep(1000);
+        }
+      };
+      const sample = async () => {
+        const rss: (number | undefined)[] = [];
+        for (let i = 0; i < BACKLOG_SAMPLES; i++) {
+          await scrape();
+          await sleep(1000);
+          rss.push(service.rss());
+        }
+        return medianOf(rss);
+      };
+      // Warm first: the service's first seconds settle its memory (a look, a scrape, the JIT).
+      await settle(BACKLOG_SAMPLES);
+      const rssNone = await sample();
+      const seenNone = waiting;
+      // One window first: the relay as busy as with any backlog (its attempts held, retried).
+      await writeEvents(seeded, few);
+      // The shipped setting: PETSTORE_WEBHOOK_CONCURRENCY's default.
+      const concurrency = Number(settings.webhookConcurrency.default);
+      const deadline = Date.now() + 30_000;
+      while (Number(await (await fetch(`${receiver.url}/count`)).text()) < concurrency) {
+        if (Date.now() > deadline) throw new Error(`the relay did not reach the receiver:\n${service.output()}`);
+        await sleep(100);
+      }
+      await settle(BACKLOG_SETTLE_S);
+      const rssFew = await sample();
+      const seenFew = waiting;
+      service.resetPeak();
+      await writeEvents(seeded, events - few);
+      await settle(BACKLOG_SETTLE_S);
+      const rssWaiting = await sample();
+      if (service.child.exitCode !== null) throw new Error(`${service.name} exited:\n${service.output()}`);
+      return {
+        store,
+        events,
+        few,
+        readings: BACKLOG_SAMPLES,
+        settleSeconds: BACKLOG_SETTLE_S,
+        waitingNone: seenNone,
+        waitingFew: seenFew,
+        waitingSeen: waiting,
+        attempts: Number(await (await fetch(`${receiver.url}/count`)).text()),
+        rssNone,
+        rssFew,
+        rssWaiting,
+        peakWaiting: service.peakRss(),
+      };
+    } finally {
+      await service.stop();
+    }
+  } finally {
+    await receiver.stop();
+  }
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { values } = parseArgs({
     options: {
       seconds: { type: 'string', default: '5' },
       rate: { type: 'string', default: '250,1000' },
+      backlog: { type: 'string', default: String(BACKLOG_EVENTS) },
       postgres: { type: 'boolean', default: false },
     },
   });
   const temp = mkdtempSync(join(tmpdir(), 'petstore-bench-events-'));
   const runs: EventsRun[] = [];
+  const backlogs: BacklogRun[] = [];
   const options = { seconds: Number(values.seconds), warmup: 1 };
+  const postgres = values.postgres && (await reachable(POSTGRES_URL));
   try {
-    for (const rate of values.rate.split(',').map(Number)) {
+    for (const rate of values.rate
+      .split(',')
+      .map(Number)
+      .filter((rate) => rate > 0)) {
       const sqlite = seedSqlite(join(temp, `events-${rate}.db`), 10_000);
       runs.push(await runEvents('SQLite', sqlite, { ...options, rate, logFile: join(temp, `sqlite-${rate}.log`) }));
-      if (values.postgres && (await reachable(POSTGRES_URL))) {
+      if (postgres) {
         const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_events_${process.pid}`, 10_000);
         try {
           runs.push(await runEvents('PostgreSQL', pg, { ...options, rate, logFile: join(temp, `pg-${rate}.log`) }));
@@ -230,7 +350,24 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
         }
       }
     }
-    process.stdout.write(`${renderEvents(runs).join('\n')}\n`);
+    const events = Number(values.backlog);
+    if (events > 0) {
+      const sqlite = seedSqlite(join(temp, 'backlog.db'), 10_000);
+      backlogs.push(await runBacklog('SQLite', sqlite, { events, logFile: join(temp, 'sqlite-backlog.log') }));
+      if (postgres) {
+        const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_backlog_${process.pid}`, 10_000);
+        try {
+          backlogs.push(await runBacklog('PostgreSQL', pg, { events, logFile: join(temp, 'pg-backlog.log') }));
+        } finally {
+          await pg.drop();
+        }
+      }
+    }
+    const lines = [
+      ...(runs.length ? renderEvents(runs) : []),
+      ...(backlogs.length ? ['', ...renderBacklog(backlogs)] : []),
+    ];
+    process.stdout.write(`${lines.join('\n').trim()}\n`);
   } finally {
     rmSync(temp, { recursive: true, force: true });
   }

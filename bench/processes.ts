@@ -225,9 +225,12 @@ export const startBare = (bodyFile: string, cpu: number | undefined) =>
 /** bench/otlp-sink.mjs: an OTLP/HTTP collector that discards what it is sent, for the tracing row. */
 export const startOtlpSink = (cpu: number | undefined) => startScript('OTLP sink', 'otlp-sink.mjs', {}, '/', cpu);
 
-/** bench/receiver.mjs: a webhook receiver that answers 204 and records each delivery, for the events row. */
-export const startReceiver = (cpu: number | undefined) =>
-  startScript('webhook receiver', 'receiver.mjs', {}, '/count', cpu);
+/**
+ * bench/receiver.mjs: a webhook receiver that answers 204 and records each delivery, for the
+ * events row; `hang`: it answers none, for the backlog measure.
+ */
+export const startReceiver = (cpu: number | undefined, { hang = false }: { hang?: boolean } = {}) =>
+  startScript('webhook receiver', 'receiver.mjs', hang ? { RECEIVER: 'hang' } : {}, '/count', cpu);
 
 /** Runs `petstore <args>` to completion and returns its standard output. */
 export function runPetstore(args: string[], env: Record<string, string>): string {

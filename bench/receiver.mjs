@@ -3,11 +3,14 @@
 // `webhook-id` and the pet's id from the event's data. GET /deliveries returns the records as
 // JSON lines; GET /count how many there are. Signatures are not checked: that is the tests' work
 // (docs/webhooks.md#signatures), and the row measures the service, not a receiver.
+// With RECEIVER=hang it answers no delivery (each is counted, then held open until the service
+// gives up on it): a receiver that hangs, for the backlog measure.
 import { Buffer } from 'node:buffer';
 import { createServer } from 'node:http';
 import process from 'node:process';
 
 const records = [];
+const hang = process.env.RECEIVER === 'hang';
 
 const server = createServer((request, response) => {
   if (request.method === 'GET') {
@@ -19,7 +22,7 @@ const server = createServer((request, response) => {
   request.on('data', (chunk) => chunks.push(chunk));
   request.on('end', () => {
     const at = Date.now();
-    response.writeHead(204).end();
+    if (!hang) response.writeHead(204).end();
     // The pet's id as its digits: an int64 past 2^53 stays exact.
     const pet = /"data":\{"id":([0-9]+)/.exec(Buffer.concat(chunks).toString('utf8'))?.[1] ?? null;
     records.push({ at, id: request.headers['webhook-id'] ?? null, pet });
@@ -27,4 +30,8 @@ const server = createServer((request, response) => {
 });
 server.keepAliveTimeout = 60_000;
 server.listen(Number(process.env.PORT), '127.0.0.1');
-process.on('SIGTERM', () => server.close(() => process.exit(0)));
+process.on('SIGTERM', () => {
+  server.close(() => process.exit(0));
+  // Held deliveries would keep it open.
+  server.closeAllConnections();
+});

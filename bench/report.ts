@@ -57,6 +57,35 @@ export interface RunInfo {
   soak?: SoakMinute[];
   /** The events row: webhook delivery to a local receiver, per store (bench/events.ts). */
   events?: EventsRun[];
+  /** The backlog measure: the service's RSS with events waiting for a hanging receiver, per store. */
+  backlog?: BacklogRun[];
+}
+
+/**
+ * The service's memory with a backlog (bench/events.ts, runBacklog): one endpoint at a receiver
+ * that never answers; no event waiting, then `few` written into the store, then `events` in all.
+ */
+export interface BacklogRun {
+  store: 'SQLite' | 'PostgreSQL';
+  /** Events written while the receiver hung: `few` first, then the rest up to `events`. */
+  events: number;
+  few: number;
+  /** RSS readings per phase, one a second. */
+  readings: number;
+  /** Seconds each phase with events waiting ran before its readings. */
+  settleSeconds: number;
+  /** petstore_webhook_events_waiting at the end of each phase. */
+  waitingNone: number;
+  waitingFew: number;
+  waitingSeen: number;
+  /** Deliveries the receiver got (and held) by the end. */
+  attempts: number;
+  /** Median RSS (VmRSS) over each phase's readings, bytes. */
+  rssNone: number | undefined;
+  rssFew: number | undefined;
+  rssWaiting: number | undefined;
+  /** Peak RSS (VmHWM) from the writing of the rest to the end, bytes. */
+  peakWaiting: number | undefined;
 }
 
 /** Webhook delivery on one store while creates run at a steady rate (bench/events.ts). */
@@ -285,6 +314,24 @@ export function renderEvents(runs: EventsRun[]): string[] {
   ];
 }
 
+const mib1 = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / MB).toFixed(1)} MB`);
+
+const delta = (to: number | undefined, from: number | undefined) =>
+  to === undefined || from === undefined ? 'n/a' : `${to < from ? '−' : '+'}${mib1(Math.abs(to - from))}`;
+
+/** The backlog measure's table, one line per store. */
+export function renderBacklog(runs: BacklogRun[]): string[] {
+  const [few, events] = [int(runs[0]?.few ?? 0), int(runs[0]?.events ?? 0)];
+  return [
+    `| store | service RSS, none waiting | ${few} waiting | ${events} waiting | ${events} against ${few} | against none | peak | waiting per /metrics | attempts held |`,
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...runs.map(
+      (r) =>
+        `| ${r.store} | ${mib1(r.rssNone)} | ${mib1(r.rssFew)} | ${mib1(r.rssWaiting)} | ${delta(r.rssWaiting, r.rssFew)} | ${delta(r.rssWaiting, r.rssNone)} | ${mib1(r.peakWaiting)} | ${int(r.waitingNone)}, ${int(r.waitingFew)}, ${int(r.waitingSeen)} | ${int(r.attempts)} |`,
+    ),
+  ];
+}
+
 /** The report's pages: bench/results/latest.md, chart.svg, and the summary the other pages copy. */
 export function renderReport(measured: Measured[], info: RunInfo): { latest: string; chart: string; summary: string } {
   const bare = measured.find((m) => m.store === 'bare')!;
@@ -422,15 +469,26 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
   }
 
   const eventLines: string[] = [];
+  if (info.events?.length || info.backlog?.length) {
+    eventLines.push('', '## Events: webhook delivery to a local receiver');
+  }
   if (info.events?.length) {
     const rates = [...new Set(info.events.map((run) => int(run.rate)))].join(' and ');
     eventLines.push(
       '',
-      '## Events: webhook delivery to a local receiver',
-      '',
       `The service as shipped on a store of its own (10,000 pets), with \`PETSTORE_WEBHOOK_ALLOW_HTTP=127.0.0.1\` and one endpoint added with \`petstore webhooks add\`: \`bench/receiver.mjs\`, on loopback, answering 204 at once. Creates at a steady ${rates} a second, ${info.events[0]!.seconds} s each (after a warm-up of the same rate, delivered and not counted), each 201 matched with its event's first delivery by the pet's id. "Delivered events/s while creating": events first delivered from the first create to the last 201, a second; "drain": from the last 201 to the last event's delivery; "lag": from a 201 to its event's delivery (the relay looks every half second: docs/webhooks.md#the-relay).`,
       '',
       ...renderEvents(info.events),
+    );
+  }
+  if (info.backlog?.length) {
+    eventLines.push(
+      '',
+      `### Memory with ${int(info.backlog[0]!.events)} events waiting for a receiver that hangs`,
+      '',
+      `The service as shipped on a store of its own, one endpoint at \`bench/receiver.mjs\` answering no delivery (each attempt held until the service's timeout, then retried). Its RSS is read once a second for ${info.backlog[0]!.readings} s, \`/metrics\` scraped each second throughout: with no event waiting; with ${int(info.backlog[0]!.few)} written into the store, the relay holding its \`PETSTORE_WEBHOOK_CONCURRENCY\` attempts; with ${int(info.backlog[0]!.events)} in all; each phase with events waiting ${info.backlog[0]!.settleSeconds} s before its readings, the attempts timing out and retried meanwhile. The medians, and the peak from the last writing on. What the backlog itself costs is "${int(info.backlog[0]!.events)} against ${int(info.backlog[0]!.few)}"; against none, the relay at work counts too. The relay hands out a bounded window of events per endpoint and keeps only the attempts in flight in memory (docs/webhooks.md#the-relay).`,
+      '',
+      ...renderBacklog(info.backlog),
     );
   }
 

@@ -2,13 +2,14 @@
 // the reference row (bench/minimal.mjs), in interleaved rounds. bench/README.md is the runbook.
 // Options: --pets 10000[,1000000] --rounds 3 --duration 5 --warmup 1 --quick --postgres / --no-postgres
 // --soak <seconds>: then the 90/10 mix on the shipped SQLite service for that long, RSS every minute.
-// --events-rate 250,1000: creates a second of the events rows (webhook delivery, bench/events.ts); 0: none.
+// --events-rate 250,1000: creates a second of the events rows (webhook delivery, bench/events.ts), each
+// store's backlog measure after them; 0: none of them.
 import { copyFileSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
-import { runEvents } from './events.js';
+import { BACKLOG_EVENTS, runBacklog, runEvents } from './events.js';
 import { drive, hasWrk, workload, type Sample, type WorkloadName } from './load.js';
 import {
   pinning,
@@ -20,7 +21,15 @@ import {
   startService,
   type Running,
 } from './processes.js';
-import { npmCommand, writeReport, type EventsRun, type Measured, type RunInfo, type SoakMinute } from './report.js';
+import {
+  npmCommand,
+  writeReport,
+  type BacklogRun,
+  type EventsRun,
+  type Measured,
+  type RunInfo,
+  type SoakMinute,
+} from './report.js';
 import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const SERVER_CPU = 1;
@@ -321,9 +330,9 @@ async function main() {
   }
   addBare(await measure(bareTarget, 'list', seconds));
 
-  const events = eventsRates.some((rate) => rate > 0)
+  const { events, backlog } = eventsRates.some((rate) => rate > 0)
     ? await eventsRun(targets.some((target) => target.id === 'pg-1'))
-    : undefined;
+    : { events: undefined, backlog: undefined };
   const soak = soakSeconds > 0 ? await soakRun(targets.find((target) => target.id === 'sqlite-10000')!) : undefined;
 
   const measured: Measured[] = [];
@@ -361,6 +370,7 @@ async function main() {
     minutes: (Date.now() - started) / 60_000,
     soak,
     events,
+    backlog,
   };
   for (const target of targets) {
     for (const instance of target.instances) {
@@ -374,9 +384,10 @@ async function main() {
 /**
  * The events rows: on a SQLite store of its own, and a PostgreSQL schema of its own when
  * PostgreSQL was measured, one `seconds × rounds` run of creates at each --events-rate.
+ * Then each store's backlog measure (bench/events.ts, runBacklog), on a store of its own too.
  * Their own stores: every service on a store runs a relay, and the shipped rows' have no endpoint.
  */
-async function eventsRun(postgres: boolean): Promise<EventsRun[]> {
+async function eventsRun(postgres: boolean): Promise<{ events: EventsRun[]; backlog: BacklogRun[] }> {
   const runs: EventsRun[] = [];
   const options = { seconds: seconds * rounds, warmup, serverCpu: SERVER_CPU, receiverCpu: RECEIVER_CPU };
   for (const rate of eventsRates.filter((rate) => rate > 0)) {
@@ -401,7 +412,28 @@ async function eventsRun(postgres: boolean): Promise<EventsRun[]> {
         `${run.failed} failed creates`,
     );
   }
-  return runs;
+  const backlog: BacklogRun[] = [];
+  const backlogOptions = { serverCpu: SERVER_CPU, receiverCpu: RECEIVER_CPU };
+  log(`events: SQLite, the service's RSS with ${BACKLOG_EVENTS} events waiting for a receiver that hangs`);
+  const seeded = seedSqlite(join(temp, 'backlog.db'), 10_000);
+  backlog.push(await runBacklog('SQLite', seeded, { ...backlogOptions, logFile: logFile('backlog-sqlite') }));
+  if (postgres) {
+    log(`events: PostgreSQL, the service's RSS with ${BACKLOG_EVENTS} events waiting for a receiver that hangs`);
+    const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_backlog_${process.pid}`, 10_000);
+    try {
+      backlog.push(await runBacklog('PostgreSQL', pg, { ...backlogOptions, logFile: logFile('backlog-pg') }));
+    } finally {
+      await pg.drop();
+    }
+  }
+  for (const run of backlog) {
+    const mb = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / 2 ** 20).toFixed(1)} MB`);
+    log(
+      `  ${run.store} backlog: RSS ${mb(run.rssNone)} with none waiting, ${mb(run.rssFew)} with ${run.waitingFew}, ` +
+        `${mb(run.rssWaiting)} with ${run.waitingSeen} (peak ${mb(run.peakWaiting)}), ${run.attempts} attempts held`,
+    );
+  }
+  return { events: runs, backlog };
 }
 
 /**

@@ -90,3 +90,29 @@ export async function seedPostgres(
     drop: () => adminQuery(url, `DROP SCHEMA IF EXISTS ${schema} CASCADE`),
   };
 }
+
+/**
+ * Writes `count` `pet.created` events stamped now straight into the store `seeded`, in one
+ * statement, as a receiver's long outage leaves them waiting; the service may be running.
+ */
+export async function writeEvents(seeded: Seeded, count: number): Promise<void> {
+  const data = `'{"id":' || i || ',"name":"Pet ' || i || '","categoryId":7,"status":"available"}'`;
+  if (seeded.env.PETSTORE_DB !== undefined) {
+    const db = new Database(seeded.env.PETSTORE_DB);
+    try {
+      db.pragma('busy_timeout = 10000');
+      db.exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${count})
+        INSERT INTO events (type, created_at, data) SELECT 'pet.created', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ${data} FROM n`);
+    } finally {
+      db.close();
+    }
+    return;
+  }
+  // The event's place in the feed's order, as the service's own writes take it (migrations/postgres/006_events.sql).
+  await adminQuery(
+    seeded.env.DATABASE_URL!,
+    `INSERT INTO events (tx, type, created_at, data)
+     SELECT pg_current_xact_id()::text::bigint + (SELECT tx_offset FROM event_clock), 'pet.created', now(), ${data}
+     FROM generate_series(1, ${count}) AS i`,
+  );
+}

@@ -8,6 +8,7 @@ import {
   npmCommand,
   pairedRatio,
   referenceRatios,
+  renderBacklog,
   renderEvents,
   renderReport,
   soakGrowth,
@@ -17,6 +18,7 @@ import {
   tailOf,
   TARGETS,
   worstOfShippedSqlite,
+  type BacklogRun,
   type EventsRun,
   type Measured,
   type RunInfo,
@@ -395,4 +397,83 @@ test('the report has the events rows in a table of their own, and says the creat
   assert.match(latest, /\*\*Events written\*\*: every create of the service, in the createPet and 90\/10 rows/);
   // A run without the events rows says nothing of them.
   assert.ok(!renderReport(RUN, INFO).latest.includes('## Events'));
+});
+
+test('the events section has the service’s RSS with a backlog waiting for a hanging receiver, against one window and none', () => {
+  const backlog: BacklogRun[] = [
+    {
+      store: 'SQLite',
+      events: 100_000,
+      few: 1_000,
+      readings: 5,
+      settleSeconds: 20,
+      waitingNone: 0,
+      waitingFew: 1_000,
+      waitingSeen: 100_000,
+      attempts: 8,
+      rssNone: 90 * MB,
+      rssFew: 91 * MB,
+      rssWaiting: 92.5 * MB,
+      peakWaiting: 95 * MB,
+    },
+    {
+      store: 'PostgreSQL',
+      events: 100_000,
+      few: 1_000,
+      readings: 5,
+      settleSeconds: 20,
+      waitingNone: 0,
+      waitingFew: 1_000,
+      waitingSeen: 100_000,
+      attempts: 16,
+      rssNone: 101 * MB,
+      rssFew: 101.2 * MB,
+      rssWaiting: 100.6 * MB,
+      peakWaiting: undefined,
+    },
+  ];
+  const table = renderBacklog(backlog);
+  assert.equal(
+    table[0],
+    '| store | service RSS, none waiting | 1,000 waiting | 100,000 waiting | 100,000 against 1,000 | against none | peak | waiting per /metrics | attempts held |',
+  );
+  assert.deepEqual(table.slice(2), [
+    '| SQLite | 90.0 MB | 91.0 MB | 92.5 MB | +1.5 MB | +2.5 MB | 95.0 MB | 0, 1,000, 100,000 | 8 |',
+    '| PostgreSQL | 101.0 MB | 101.2 MB | 100.6 MB | −0.6 MB | −0.4 MB | n/a | 0, 1,000, 100,000 | 16 |',
+  ]);
+  for (const line of table) assert.equal(line.split('|').length, table[0]!.split('|').length, line);
+  const { latest, summary } = renderReport(RUN, { ...INFO, backlog });
+  // Under the events heading, even in a run without the delivery rows.
+  const heading = latest.indexOf('## Events: webhook delivery to a local receiver');
+  const section = latest.indexOf('### Memory with 100,000 events waiting for a receiver that hangs');
+  assert.ok(heading >= 0 && section > heading);
+  for (const line of table) assert.ok(latest.includes(line), `the report has ${line}`);
+  assert.match(latest, /read once a second for 5 s, `\/metrics` scraped each second throughout/);
+  assert.match(latest, /each phase with events waiting 20 s before its readings/);
+  assert.match(latest, /What the backlog itself costs is "100,000 against 1,000"/);
+  assert.ok(!summary.includes('hangs'), 'not in the summary the docs copy');
+  const withRows = renderReport(RUN, {
+    ...INFO,
+    backlog,
+    events: [
+      {
+        store: 'SQLite',
+        rate: 250,
+        seconds: 15,
+        created: 3_750,
+        madeRate: 250,
+        failed: 0,
+        delivered: 3_750,
+        duplicates: 0,
+        missing: 0,
+        deliveredRate: 250,
+        drainMs: 12,
+        lagP50Ms: 210,
+        lagP99Ms: 480,
+      },
+    ],
+  }).latest;
+  assert.equal(withRows.split('## Events: webhook delivery').length, 2, 'one events heading');
+  assert.ok(withRows.indexOf('| SQLite | 250 (250) |') < withRows.indexOf('### Memory with 100,000 events'));
+  assert.ok(!renderReport(RUN, INFO).latest.includes('### Memory with'));
 });

@@ -113,11 +113,20 @@ interface ClaimRow {
 /**
  * The webhook half of the SQLite store. One process serves a SQLite file, so its relay is the
  * only one; the leases still make a restart after kill -9 take over what the killed process was
- * sending. `whileBusy` retries a call refused by another process's lock (a CLI command).
+ * sending. `whileBusy` retries a call refused by another process's lock (a CLI command);
+ * `counting` is the connection stats() reads on (sqlite.ts), `db` by default.
  */
 export function sqliteWebhooks(
   db: Database.Database,
-  { whileBusy, beforeWrite }: { whileBusy: <T>(work: () => T) => T | Promise<T>; beforeWrite: () => void },
+  {
+    whileBusy,
+    beforeWrite,
+    counting = () => db,
+  }: {
+    whileBusy: <T>(work: () => T) => T | Promise<T>;
+    beforeWrite: () => void;
+    counting?: () => Database.Database;
+  },
 ): WebhookStore {
   let prepared: ReturnType<typeof prepare> | undefined;
   const prepare = () => ({
@@ -205,14 +214,18 @@ export function sqliteWebhooks(
       'UPDATE webhook_endpoints SET disabled_at = ? WHERE id = ? AND disabled_at IS NULL ' +
         'AND coalesce(last_success_at, -1) < ? AND (failing_since <= ? OR ?)',
     ),
-    stats: db.prepare<[], { waiting: bigint | null; oldest: string | null; disabled: bigint }>(
+  });
+  type StatsRow = { waiting: bigint | null; oldest: string | null; disabled: bigint };
+  // On the counting connection: the count reads every event waiting (sqlite.ts, counting).
+  let statsStatement: Database.Statement<[], StatsRow> | undefined;
+  const statsOf = () =>
+    (statsStatement ??= counting().prepare<[], StatsRow>(
       `SELECT sum(CASE WHEN w.disabled_at IS NULL THEN ${WAITING} ELSE 0 END) AS waiting, ` +
         'min(CASE WHEN w.disabled_at IS NULL THEN min(' +
         "  coalesce((SELECT min(e.created_at) FROM webhook_deliveries d JOIN events e ON e.seq = d.seq WHERE d.endpoint_id = w.id), '~'), " +
         "  coalesce((SELECT e.created_at FROM events e WHERE e.seq > w.cursor_seq ORDER BY e.seq LIMIT 1), '~')) END) AS oldest, " +
         'count(w.disabled_at) AS disabled FROM webhook_endpoints w',
-    ),
-  });
+    ));
   const s = () => (prepared ??= prepare());
   const write = <T>(work: () => T) =>
     whileBusy(() => {
@@ -319,7 +332,7 @@ export function sqliteWebhooks(
     },
     async stats() {
       return whileBusy(() => {
-        const row = s().stats.get()!;
+        const row = statsOf().get()!;
         return {
           waiting: Number(row.waiting ?? 0),
           oldestWaitingAt: row.oldest === null || row.oldest === '~' ? null : new Date(row.oldest),

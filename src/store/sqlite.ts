@@ -116,6 +116,9 @@ function createOwnerOnly(path: string) {
   }
 }
 
+/** The page cache of the connection that counts the events waiting, in KiB. */
+const COUNTING_CACHE_KIB = 256;
+
 /**
  * Opens (creating when missing) the SQLite file at `path`.
  * WAL with synchronous=FULL: a commit is on disk, power loss included, before a 201 leaves.
@@ -310,6 +313,22 @@ export function openSqliteStore(
     { oneStatementEach: true, retry: busyRetry, beforeWrite: reads.end },
   );
 
+  // The connection /metrics counts the events waiting on (docs/webhooks.md#the-relay), opened
+  // when first needed: the count reads every one of them, and through `db` it would fill that
+  // connection's page cache (16 MB) with them, pushing out what the API reads. This one keeps
+  // COUNTING_CACHE_KIB; the rest of what it reads stays in the operating system's file cache.
+  let counter: Database.Database | undefined;
+  const counting = () => {
+    if (path === ':memory:') return db;
+    if (!counter) {
+      counter = new Database(path, { readonly: true, fileMustExist: true });
+      counter.pragma(`cache_size = -${COUNTING_CACHE_KIB}`);
+      counter.pragma(`busy_timeout = ${BUSY_WAIT_MS}`);
+      counter.defaultSafeIntegers(true);
+    }
+    return counter;
+  };
+
   // A write that reaches the disk as a create does, an animal and its event (it costs an id and
   // a sequence number, never shown): see InstrumentedStore.
   const probeWrite = async () => {
@@ -323,7 +342,7 @@ export function openSqliteStore(
 
   const store: Store = {
     idsVisibleInOrder: true,
-    webhooks: sqliteWebhooks(db, { whileBusy, beforeWrite: reads.end }),
+    webhooks: sqliteWebhooks(db, { whileBusy, beforeWrite: reads.end, counting }),
     isDiskError,
     probeWrite,
     // One process uses a SQLite file: the counts are this process's own.
@@ -510,6 +529,7 @@ export function openSqliteStore(
     async close() {
       reads.end();
       if (statements) creates.flush();
+      counter?.close();
       db.close();
     },
   };
