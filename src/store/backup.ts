@@ -91,23 +91,34 @@ function createPrivateCopy(target: string, purpose: string): PrivateCopy {
     );
     return { folder, path, fd, folderStat, fileStat: fstatSync(fd) };
   } catch (error) {
-    rmSync(folder, REMOVE_FOLDER);
+    removeFolder(folder);
     throw error;
   }
 }
 
 /**
- * How a private folder is removed with what it holds: again, a few times, when a file appears
- * in it while it is emptied (ENOTEMPTY), as one planted by another process of the same user would.
+ * Removes a private folder with what it holds: emptied and removed again, a few times, when a
+ * file appears in it while it is emptied (ENOTEMPTY), as one planted by another process of the
+ * same user would. Each try lists the folder anew: rmSync's own `maxRetries` does not on
+ * Node.js 22, where it only retries removing the folder that the new file keeps from going.
  */
-const REMOVE_FOLDER = { recursive: true, force: true, maxRetries: 10, retryDelay: 10 } as const;
+function removeFolder(folder: string, tries = 20): void {
+  for (let tried = 1; ; tried++) {
+    try {
+      rmSync(folder, { recursive: true, force: true });
+      return;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || tried >= tries) throw error;
+    }
+  }
+}
 
 /** Closes the temporary file and removes the private folder with whatever is in it. */
 function removePrivateCopy(copy: PrivateCopy) {
   try {
     closeSync(copy.fd);
   } finally {
-    rmSync(copy.folder, REMOVE_FOLDER);
+    removeFolder(copy.folder);
   }
 }
 
