@@ -400,37 +400,25 @@ test('the report has the events rows in a table of their own, and says the creat
 });
 
 test('the events section has the service’s RSS with a backlog waiting for a hanging receiver, against one window and none', () => {
+  const backlogRun = (store: BacklogRun['store'], rest: Partial<BacklogRun>): BacklogRun => ({
+    store,
+    events: 100_000,
+    few: 1_000,
+    readings: 5,
+    settleSeconds: 20,
+    waitingNone: 0,
+    waitingFew: 1_000,
+    waitingSeen: 100_000,
+    attempts: 8,
+    rssNone: 0,
+    rssFew: 0,
+    rssWaiting: 0,
+    peakWaiting: undefined,
+    ...rest,
+  });
   const backlog: BacklogRun[] = [
-    {
-      store: 'SQLite',
-      events: 100_000,
-      few: 1_000,
-      readings: 5,
-      settleSeconds: 20,
-      waitingNone: 0,
-      waitingFew: 1_000,
-      waitingSeen: 100_000,
-      attempts: 8,
-      rssNone: 90 * MB,
-      rssFew: 91 * MB,
-      rssWaiting: 92.5 * MB,
-      peakWaiting: 95 * MB,
-    },
-    {
-      store: 'PostgreSQL',
-      events: 100_000,
-      few: 1_000,
-      readings: 5,
-      settleSeconds: 20,
-      waitingNone: 0,
-      waitingFew: 1_000,
-      waitingSeen: 100_000,
-      attempts: 16,
-      rssNone: 101 * MB,
-      rssFew: 101.2 * MB,
-      rssWaiting: 100.6 * MB,
-      peakWaiting: undefined,
-    },
+    backlogRun('SQLite', { rssNone: 90 * MB, rssFew: 91 * MB, rssWaiting: 92.5 * MB, peakWaiting: 95 * MB }),
+    backlogRun('PostgreSQL', { attempts: 16, rssNone: 101 * MB, rssFew: 101.2 * MB, rssWaiting: 100.6 * MB }),
   ];
   const table = renderBacklog(backlog);
   assert.equal(
