@@ -184,14 +184,13 @@ test('a client that pipelines 2,000 requests in one write is answered up to 64 w
   assert.equal(await answerTo(port, WARM_UP), 'HTTP/1.1 200 OK');
   const baseline = rssOf(pid);
   const peak = samplePeak(pid);
-  const begun = performance.now();
   await fillSlots((address) =>
     slowReader(t, port, address, { batch: 2000, everyMs: 1000, total: 2000, started: 'written' }),
   );
+  // Bounded there: a new client is served within 5 s of the pipeliners holding every slot.
   const waited = await servedAfter(port, 5_000);
   const grew = peak() - baseline;
   t.diagnostic(`new client served after ${Math.round(waited)} ms; RSS +${grew.toFixed(1)} MiB at the peak`);
-  assert.ok(performance.now() - begun < 5_000);
   assert.ok(grew < PIPELINER_RSS_BOUND_MIB, `RSS grew by ${grew.toFixed(1)} MiB`);
   const closed = await closedByReason(port, key);
   assert.equal(closed.pipeline_depth, 16, JSON.stringify(closed));
