@@ -3,7 +3,8 @@ import './runtime.js';
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from './config.js';
 import { isDatabaseCommand, migrateCommand, runDatabaseCommand, withStore } from './cli/database.js';
-import { askedHelp, UsageError } from './cli/help.js';
+import { UsageError } from './cli/args.js';
+import { askedHelp } from './cli/help.js';
 import { runKeysCommand } from './cli/keys.js';
 import { processOutput } from './cli/output.js';
 import { runWebhooksCommand } from './cli/webhooks.js';
@@ -75,7 +76,7 @@ main(process.argv.slice(2)).then(
   },
   (error: unknown) => {
     if (error instanceof UsageError) {
-      io.err(`petstore: ${error.message}\n\n${error.help}`);
+      io.err(`petstore: ${error.message}\n\n${error.help ?? askedHelp([], true)}`);
       process.exitCode = 2;
     } else if (error instanceof StartupError && error.cause instanceof UnknownMigrationError) {
       // docs/operations.md#migrations: a database a newer release touched is refused with exit 2.

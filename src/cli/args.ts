@@ -1,11 +1,14 @@
 import { oneLine } from '../errors.js';
 import type { Output } from './output.js';
 
-/** A command line a command cannot run: the message, and the command's usage to show with it. */
+/**
+ * A command line a command cannot run: the message, and the usage to show with it (the runner's
+ * own when none is given). The one such error of every command (main.ts, keys, webhooks, database).
+ */
 export class UsageError extends Error {
   constructor(
     message: string,
-    readonly help: string,
+    readonly help?: string,
   ) {
     super(message);
   }
@@ -109,7 +112,7 @@ export async function runGroupCommand<Deps extends { io: Output }>(
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
     // One line, whatever the command line held (unknown scope "…", unexpected argument …).
-    deps.io.err(`petstore: ${oneLine(error.message)}\n\n${error.help}`);
+    deps.io.err(`petstore: ${oneLine(error.message)}\n\n${error.help ?? usage}`);
     return 2;
   }
 }

@@ -7,6 +7,7 @@ import { backupSqlite, OperationRefused, restoreSqlite } from '../store/backup.j
 import { migrationStates, readMigrations, type AppliedMigration } from '../store/migrations.js';
 import { readSqliteMigrations } from '../store/sqlite.js';
 import type { Store } from '../store/store.js';
+import { UsageError } from './args.js';
 import type { Output } from './output.js';
 
 export interface DatabaseDeps {
@@ -88,8 +89,6 @@ ${storeSettings}
 Exit status: 0 listed, 1 the database cannot be read, 2 bad command line or setting.
 `,
 };
-
-class UsageError extends Error {}
 
 /** True for the command lines runDatabaseCommand runs. */
 export function isDatabaseCommand(argv: string[]): boolean {

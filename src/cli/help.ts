@@ -54,16 +54,6 @@ ${describeSettings()}
   ...databaseHelp,
 };
 
-/** A command line the petstore command cannot run: the message and the help to show with it. */
-export class UsageError extends Error {
-  constructor(
-    message: string,
-    readonly help = usage,
-  ) {
-    super(message);
-  }
-}
-
 /** The help a command line asks for: `<command> --help`, `help <command>`, or none. */
 export function askedHelp(positionals: string[], help: boolean): string | undefined {
   const words = positionals[0] === 'help' ? positionals.slice(1) : help ? positionals : undefined;
