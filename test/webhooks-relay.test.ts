@@ -2,10 +2,11 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import v8 from 'node:v8';
 import vm from 'node:vm';
+import { formatEventId } from '../src/events/ids.js';
 import { issueKey } from '../src/keys/issue.js';
 import { listeningApp, manualClock, startApp } from './helpers.js';
 import { freePort } from './process.js';
-import { storeKinds, testTwoInstances } from './stores.js';
+import { migratedStore, storeKinds, testTwoInstances } from './stores.js';
 import { addEndpoint, createPetAt, holdingReceiver, startReceiver, testRelay, until, webhooksCli } from './webhooks.js';
 
 const pet = (name: string) => ({ name, categoryId: 1n, status: 'available' as const });
@@ -65,6 +66,79 @@ for (const kind of storeKinds) {
     const grown = (await retainedHeap()) - idle;
     t.diagnostic(`retained heap: ${(grown / MB).toFixed(2)} MB more with 100,000 events waiting than with none`);
     assert.ok(grown < 4 * MB, `the retained heap grew by ${(grown / MB).toFixed(2)} MB with 100,000 events waiting`);
+  });
+
+  it('records a batch of outcomes of two endpoints as the same attempts recorded one at a time, in the order given', async (t) => {
+    const [store] = await migratedStore(kind, t);
+    const a = (await addEndpoint(store, 'https://a.example/hook')).id;
+    const b = (await addEndpoint(store, 'https://b.example/hook')).id;
+    for (const name of ['one', 'two', 'three', 'four']) await store.createPet(pet(name));
+    const now = Date.UTC(2026, 10, 29, 12);
+    assert.equal(await store.webhooks.handOut(now, 100, 1000), 8);
+    const claimed = await store.webhooks.claim({ now, limit: 8, leaseMs: 60_000, owner: 'test' });
+    const inFeedOrder = (id: number) =>
+      claimed
+        .filter((d) => d.endpointId === id)
+        .sort((x, y) => Number(x.position.tx - y.position.tx) || Number(x.position.seq - y.position.seq));
+    // The order attempts ended, which is not the feed's: each endpoint's deliveries taken out of it.
+    const [as, bs] = [inFeedOrder(a), inFeedOrder(b)];
+    const plan = [
+      { d: as[2]!, result: 'ok' },
+      { d: bs[1]!, result: 'retry' },
+      { d: as[0]!, result: 'ok' },
+      { d: bs[3]!, result: 'give up' }, // no success since its event was created: b is disabled
+      { d: as[3]!, result: 'retry' },
+      { d: bs[0]!, result: 'ok' },
+      { d: as[1]!, result: 'ok' },
+      { d: bs[2]!, result: 'ok' },
+    ].map((step, i) => ({ ...step, at: now + 10 + i }));
+    const retryAt = now + 5_000;
+    const disabled = await store.webhooks.finish(
+      plan.map(({ d, result, at }) => ({
+        record: {
+          endpointId: d.endpointId,
+          eventId: formatEventId(d.position),
+          attempt: 1,
+          at: new Date(at),
+          status: result === 'ok' ? 204 : 500,
+          error: result === 'ok' ? null : 'HTTP 500',
+          durationMs: 3,
+        },
+        position: d.position,
+        ok: result === 'ok',
+        retryAt: result === 'retry' ? retryAt : undefined,
+        disableUnlessSuccessSince: result === 'give up' ? now - 1 : at - 60_000,
+      })),
+    );
+    assert.deepEqual(disabled, [false, false, false, true, false, false, false, false]);
+    // Each endpoint's attempts, newest first: the order given, reversed.
+    for (const id of [a, b]) {
+      const listed = (await store.webhooks.listAttempts(id, 10))!.map(({ eventId, at }) => `${eventId} ${+at - now}`);
+      const given = plan
+        .filter(({ d }) => d.endpointId === id)
+        .map(({ d, at }) => `${formatEventId(d.position)} ${at - now}`);
+      assert.deepEqual(listed, given.reverse());
+    }
+    const endpoints = new Map((await store.webhooks.listEndpoints()).map((e) => [e.id, e]));
+    const state = (id: number) => {
+      const { lastSuccessAt, lastFailureAt, disabledAt, waiting } = endpoints.get(id)!;
+      return { lastSuccessAt, lastFailureAt, disabledAt, waiting };
+    };
+    const after = (ms: number) => new Date(now + ms);
+    assert.deepEqual(state(a), { lastSuccessAt: after(16), lastFailureAt: after(14), disabledAt: null, waiting: 1 });
+    assert.deepEqual(state(b), {
+      lastSuccessAt: after(17),
+      lastFailureAt: after(13),
+      disabledAt: after(13),
+      waiting: 1,
+    });
+    // a's retry is due at retryAt, not before; b's waits for b to be enabled again.
+    assert.deepEqual(await store.webhooks.claim({ now: retryAt - 1, limit: 8, leaseMs: 60_000, owner: 'test' }), []);
+    const again = await store.webhooks.claim({ now: retryAt, limit: 8, leaseMs: 60_000, owner: 'test' });
+    assert.deepEqual(
+      again.map((d) => [d.endpointId, formatEventId(d.position), d.attempt]),
+      [[a, formatEventId(as[3]!.position), 2]],
+    );
   });
 
   it('stops on request: an attempt that ends within the grace is recorded, one that does not is given back', async (t) => {

@@ -86,17 +86,23 @@ const statements = {
     'SELECT u.endpoint_id, u.tx::text AS tx, u.seq, u.attempts, w.url, w.secret, w.previous_secret, w.previous_until, ' +
     'e.type, e.created_at, e.data FROM u JOIN webhook_endpoints w ON w.id = u.endpoint_id ' +
     'LEFT JOIN events e ON e.tx = u.tx AND e.seq = u.seq',
-  // Not for an endpoint removed while the attempt was in flight.
-  insertAttempt:
+  // An endpoint's attempts of one batch, in its order (the ids follow it). Not for an endpoint
+  // removed while the attempts were in flight.
+  insertAttempts:
     'INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, at, status, error, duration_ms) ' +
-    'SELECT id, $2, $3, $4, $5, $6, $7 FROM webhook_endpoints WHERE id = $1',
+    'SELECT w.id, a.event_id, a.attempt, a.at, a.status, a.error, a.duration_ms FROM webhook_endpoints w, ' +
+    'unnest($2::text[], $3::int[], $4::bigint[], $5::int[], $6::text[], $7::int[]) WITH ORDINALITY ' +
+    'AS a (event_id, attempt, at, status, error, duration_ms, n) WHERE w.id = $1 ORDER BY a.n',
   pruneAttempts:
     'DELETE FROM webhook_attempts WHERE endpoint_id = $1 AND id <= ' +
     `(SELECT id FROM webhook_attempts WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 1 OFFSET ${ATTEMPTS_KEPT})`,
-  done: 'DELETE FROM webhook_deliveries WHERE endpoint_id = $1 AND tx = $2::bigint AND seq = $3',
+  done:
+    'DELETE FROM webhook_deliveries d USING unnest($2::bigint[], $3::bigint[]) AS u (tx, seq) ' +
+    'WHERE d.endpoint_id = $1 AND d.tx = u.tx AND d.seq = u.seq',
   retry:
-    'UPDATE webhook_deliveries SET next_at = $1, lease_until = NULL, lease_owner = NULL ' +
-    'WHERE endpoint_id = $2 AND tx = $3::bigint AND seq = $4',
+    'UPDATE webhook_deliveries d SET next_at = u.next_at, lease_until = NULL, lease_owner = NULL ' +
+    'FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS u (tx, seq, next_at) ' +
+    'WHERE d.endpoint_id = $1 AND d.tx = u.tx AND d.seq = u.seq',
   release:
     'UPDATE webhook_deliveries SET lease_until = NULL, lease_owner = NULL ' +
     'WHERE endpoint_id = $1 AND tx = $2::bigint AND seq = $3 AND lease_owner = $4',
@@ -202,40 +208,75 @@ export function postgresWebhooks(
     },
     async finish(outcomes: AttemptOutcome[]) {
       // Each endpoint's row is locked before anything of its own, endpoints in ascending order,
-      // by every instance: two batches written at once wait for each other, never deadlock.
+      // by every instance: two batches written at once wait for each other, never deadlock. An
+      // endpoint's outcomes are written in the order given, the order the attempts ended, as
+      // SQLite writes them.
       const order = outcomes
         .map((outcome, index) => ({ outcome, index }))
-        .sort(
-          (a, b) =>
-            a.outcome.record.endpointId - b.outcome.record.endpointId ||
-            Number(a.outcome.position.tx - b.outcome.position.tx) ||
-            Number(a.outcome.position.seq - b.outcome.position.seq),
-        );
+        .sort((a, b) => a.outcome.record.endpointId - b.outcome.record.endpointId);
+      const byEndpoint = new Map<number, typeof order>();
+      for (const item of order) {
+        const id = item.outcome.record.endpointId;
+        const items = byEndpoint.get(id);
+        if (items) items.push(item);
+        else byEndpoint.set(id, [item]);
+      }
+      // A few statements per endpoint, whatever the number of its attempts: the rows of each kind
+      // go in one statement, as arrays.
       return inTransaction(async (client) => {
         const disabled: boolean[] = new Array<boolean>(outcomes.length).fill(false);
-        let locked: number | undefined;
-        for (const { outcome, index } of order) {
-          const { record, position, ok, retryAt, disableUnlessSuccessSince: since } = outcome;
-          const at = record.at.getTime();
-          const id = record.endpointId;
-          if (id !== locked) await run(statements.lockEndpoint, [id], client);
-          locked = id;
-          const where = [id, String(position.tx), position.seq];
+        for (const [id, items] of byEndpoint) {
+          await run(statements.lockEndpoint, [id], client);
+          const records = items.map(({ outcome }) => outcome.record);
           await run(
-            statements.insertAttempt,
-            [id, record.eventId, record.attempt, at, record.status, record.error, record.durationMs],
+            statements.insertAttempts,
+            [
+              id,
+              records.map((r) => r.eventId),
+              records.map((r) => r.attempt),
+              records.map((r) => r.at.getTime()),
+              records.map((r) => r.status),
+              records.map((r) => r.error),
+              records.map((r) => r.durationMs),
+            ],
             client,
           );
           await run(statements.pruneAttempts, [id], client);
-          if (ok || retryAt === undefined) await run(statements.done, where, client);
-          else await run(statements.retry, [retryAt, ...where], client);
-          if (ok) {
-            await run(statements.succeeded, [at, id], client);
-            continue;
+          const ended = items.filter(({ outcome }) => outcome.ok || outcome.retryAt === undefined);
+          if (ended.length > 0) {
+            const positions = ended.map(({ outcome }) => outcome.position);
+            await run(statements.done, [id, positions.map((p) => String(p.tx)), positions.map((p) => p.seq)], client);
           }
-          await run(statements.failed, [at, id], client);
-          const { rowCount } = await run(statements.disable, [at, id, since, retryAt === undefined], client);
-          disabled[index] = (rowCount ?? 0) > 0;
+          const retried = items.filter(({ outcome }) => !outcome.ok && outcome.retryAt !== undefined);
+          if (retried.length > 0) {
+            const positions = retried.map(({ outcome }) => outcome.position);
+            await run(
+              statements.retry,
+              [
+                id,
+                positions.map((p) => String(p.tx)),
+                positions.map((p) => p.seq),
+                retried.map(({ outcome }) => outcome.retryAt),
+              ],
+              client,
+            );
+          }
+          // The endpoint's state, outcome by outcome in the feed's order; of successes in a row,
+          // only the last one's time is kept, so one statement writes them.
+          for (const [i, { outcome, index }] of items.entries()) {
+            const at = outcome.record.at.getTime();
+            if (outcome.ok) {
+              if (!items[i + 1]?.outcome.ok) await run(statements.succeeded, [at, id], client);
+              continue;
+            }
+            await run(statements.failed, [at, id], client);
+            const { rowCount } = await run(
+              statements.disable,
+              [at, id, outcome.disableUnlessSuccessSince, outcome.retryAt === undefined],
+              client,
+            );
+            disabled[index] = (rowCount ?? 0) > 0;
+          }
         }
         return disabled;
       });
