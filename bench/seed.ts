@@ -96,23 +96,31 @@ export async function seedPostgres(
  * statement, as a receiver's long outage leaves them waiting; the service may be running.
  */
 export async function writeEvents(seeded: Seeded, count: number): Promise<void> {
-  const data = `'{"id":' || i || ',"name":"Pet ' || i || '","categoryId":7,"status":"available"}'`;
   if (seeded.env.PETSTORE_DB !== undefined) {
     const db = new Database(seeded.env.PETSTORE_DB);
     try {
       db.pragma('busy_timeout = 10000');
-      db.exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${count})
-        INSERT INTO events (type, created_at, data) SELECT 'pet.created', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ${data} FROM n`);
+      db.exec(eventRowsSql('SQLite', count));
     } finally {
       db.close();
     }
     return;
   }
-  // The event's place in the feed's order, as the service's own writes take it (migrations/postgres/006_events.sql).
-  await adminQuery(
-    seeded.env.DATABASE_URL!,
-    `INSERT INTO events (tx, type, created_at, data)
-     SELECT pg_current_xact_id()::text::bigint + (SELECT tx_offset FROM event_clock), 'pet.created', now(), ${data}
-     FROM generate_series(1, ${count}) AS i`,
-  );
+  await adminQuery(seeded.env.DATABASE_URL!, eventRowsSql('PostgreSQL', count));
+}
+
+/**
+ * The statement that writes `count` pet.created events (ids 1 to count) into a migrated store
+ * of that kind, created now or at `createdAt` (ISO 8601, UTC), each with its place in the feed's
+ * order taken as the service's own writes take it (migrations/postgres/006_events.sql on PostgreSQL).
+ */
+export function eventRowsSql(store: 'SQLite' | 'PostgreSQL', count: number, createdAt?: string): string {
+  const data = `'{"id":' || i || ',"name":"Pet ' || i || '","categoryId":7,"status":"available"}'`;
+  const at = createdAt === undefined ? undefined : `'${new Date(createdAt).toISOString()}'`;
+  return store === 'SQLite'
+    ? `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${count})
+        INSERT INTO events (type, created_at, data) SELECT 'pet.created', ${at ?? "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"}, ${data} FROM n`
+    : `INSERT INTO events (tx, type, created_at, data)
+        SELECT pg_current_xact_id()::text::bigint + (SELECT tx_offset FROM event_clock), 'pet.created', ${at ?? 'now()'}, ${data}
+        FROM generate_series(1, ${count}) AS i`;
 }

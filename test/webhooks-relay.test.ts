@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import v8 from 'node:v8';
 import vm from 'node:vm';
+import { eventRowsSql } from '../bench/seed.js';
 import { formatEventId } from '../src/events/ids.js';
 import { issueKey } from '../src/keys/issue.js';
 import { listeningApp, manualClock, startApp } from './helpers.js';
@@ -46,11 +47,7 @@ for (const kind of storeKinds) {
     await pause(200);
     assert.equal((await store.webhooks.stats()).waiting, 0);
     const idle = await retainedHeap();
-    await database.execute(
-      kind.name === 'SQLite'
-        ? "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000) INSERT INTO events (type, created_at, data) SELECT 'pet.created', '2026-11-28T12:00:00.000Z', '{\"id\":' || i || '}' FROM n"
-        : "INSERT INTO events (tx, type, created_at, data) SELECT pg_current_xact_id()::text::bigint + (SELECT tx_offset FROM event_clock), 'pet.created', '2026-11-28T12:00:00Z', '{\"id\":' || i || '}' FROM generate_series(1, 100000) AS i",
-    );
+    await database.execute(eventRowsSql(kind.name, 100_000, '2026-11-28T12:00:00.000Z'));
     await receiver.waitFor(4);
     await pause(500);
     const handed = await database.scalar('SELECT count(*) FROM webhook_deliveries');

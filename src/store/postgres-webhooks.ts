@@ -144,8 +144,8 @@ export function postgresWebhooks(
 ): WebhookStore {
   // The counts of events waiting (WAITING) read every event past a cursor: with a backlog,
   // PostgreSQL's estimate of that work, times its guess of the endpoints in a table too small to be
-  // analysed, passes jit_above_cost, and compiling the statement took far longer than running it
-  // (0.8 s against 60 ms with 100,000 events waiting). Those statements run without JIT.
+  // analysed, passes jit_above_cost, and compiling the statement takes far longer than running it
+  // (docs/webhooks.md#the-relay). Those statements run without JIT.
   const withoutJit = <T>(work: (client: pg.PoolClient) => Promise<T>) =>
     inTransaction(async (client) => {
       await run(statements.noJit, [], client);
