@@ -6,7 +6,9 @@
 // bench/README.md explains it.
 // Alone, after `npm run build`:
 //   node --import tsx bench/events.ts [--seconds 5] [--rate 250,1000] [--backlog 100000] [--postgres]
-// (--rate 0: the backlog measure alone; --backlog 0: without it).
+//     [--webhook-concurrency <n>]
+// (--rate 0: the backlog measure alone; --backlog 0: without it; --webhook-concurrency: the
+// service's PETSTORE_WEBHOOK_CONCURRENCY, its default without it).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -177,7 +179,8 @@ const DRAIN_LIMIT_MS = 60_000;
  * The events row on `store`: a receiver on CPU `receiverCpu`, registered with `petstore webhooks
  * add` on the store `seeded` (fresh, used by nothing else: every relay on it delivers), the
  * service as shipped plus PETSTORE_WEBHOOK_ALLOW_HTTP=127.0.0.1 on `serverCpu`; `warmup` s of
- * creates (delivered, not counted), then `seconds` s at `rate` creates a second.
+ * creates (delivered, not counted), then `seconds` s at `rate` creates a second. `concurrency`
+ * sets PETSTORE_WEBHOOK_CONCURRENCY; without it, the shipped default.
  */
 export async function runEvents(
   store: EventsRun['store'],
@@ -189,10 +192,20 @@ export async function runEvents(
     serverCpu,
     receiverCpu,
     logFile,
-  }: { rate: number; seconds: number; warmup: number; serverCpu?: number; receiverCpu?: number; logFile: string },
+    concurrency,
+  }: {
+    rate: number;
+    seconds: number;
+    warmup: number;
+    serverCpu?: number;
+    receiverCpu?: number;
+    logFile: string;
+    concurrency?: number;
+  },
 ): Promise<EventsRun> {
   const receiver = await startReceiver(receiverCpu);
-  const env = { ...seeded.env, PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1' };
+  const env: Record<string, string> = { ...seeded.env, PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1' };
+  if (concurrency !== undefined) env.PETSTORE_WEBHOOK_CONCURRENCY = String(concurrency);
   try {
     runPetstore(['webhooks', 'add', `${receiver.url}/petstore`, '--description', 'bench receiver', '--json'], env);
     const service = await startService(`${store} events`, env, serverCpu, logFile);
@@ -327,12 +340,18 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
       rate: { type: 'string', default: '250,1000' },
       backlog: { type: 'string', default: String(BACKLOG_EVENTS) },
       postgres: { type: 'boolean', default: false },
+      'webhook-concurrency': { type: 'string' },
     },
   });
   const temp = mkdtempSync(join(tmpdir(), 'petstore-bench-events-'));
   const runs: EventsRun[] = [];
   const backlogs: BacklogRun[] = [];
-  const options = { seconds: Number(values.seconds), warmup: 1 };
+  const concurrency = values['webhook-concurrency'];
+  const options = {
+    seconds: Number(values.seconds),
+    warmup: 1,
+    concurrency: concurrency ? Number(concurrency) : undefined,
+  };
   const postgres = values.postgres && (await reachable(POSTGRES_URL));
   try {
     for (const rate of values.rate

@@ -366,7 +366,8 @@ export const settings = {
   } satisfies Setting<boolean>,
   webhookConcurrency: {
     env: 'PETSTORE_WEBHOOK_CONCURRENCY',
-    description: 'Most webhook attempts this instance has in flight at once, all endpoints together.',
+    description:
+      'Most webhook attempts this instance has in flight at once, all endpoints together; it makes at most about 100 times as many a second (docs/webhooks.md#the-relay).',
     format: 'integer 1..1000',
     default: '8',
     parse: integer(1, 1000),
