@@ -62,7 +62,7 @@ export async function buildApp({
   keyUseFlushMs,
   eventPruneEveryMs,
 }: AppDeps): Promise<FastifyInstance> {
-  const metrics = createMetrics(plainStore);
+  const metrics = createMetrics(plainStore, clock);
   const store = new InstrumentedStore(
     plainStore,
     metrics.observeStoreCall,

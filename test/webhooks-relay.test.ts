@@ -240,10 +240,12 @@ for (const kind of storeKinds) {
   });
 
   it('shows the attempts by result, the events waiting and the endpoints disabled in /metrics', async (t) => {
+    // One clock for the events' stamps and /metrics, which reads the gauges at most once a second by it.
+    const clock = manualClock(Date.now());
     const database = await kind.createDatabase(t);
-    const store = database.open();
+    const store = database.open({ clock });
     await store.migrate();
-    const app = await startApp(t, { store, clock: manualClock(Date.now()) });
+    const app = await startApp(t, { store, clock });
     const { key } = await issueKey(store, 'prometheus', new Date(), { scopes: ['metrics:read'] });
     const receiver = await startReceiver(
       t,
@@ -254,9 +256,11 @@ for (const kind of storeKinds) {
     const metrics = async () =>
       (await app.app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${key}` } })).body;
     await store.createPet(pet('Rex'));
-    await pause(1100);
-    assert.match(await metrics(), /^petstore_webhook_events_waiting 1$/m);
-    assert.match(await metrics(), /^petstore_webhook_endpoints_disabled 0$/m);
+    clock.set(clock.now() + 2500);
+    const waiting = await metrics();
+    assert.match(waiting, /^petstore_webhook_events_waiting 1$/m);
+    assert.match(waiting, /^petstore_webhook_oldest_waiting_seconds 2.5$/m);
+    assert.match(waiting, /^petstore_webhook_endpoints_disabled 0$/m);
     testRelay(t, store, {
       countAttempt: (result) => {
         results.push(result);
@@ -265,7 +269,9 @@ for (const kind of storeKinds) {
     });
     await receiver.waitFor(2);
     await until(() => results.length === 2, 3000, 'two attempts counted');
-    await pause(1100);
+    // Within the second, the gauges read before; a second later, read anew.
+    assert.match(await metrics(), /^petstore_webhook_events_waiting 1$/m);
+    clock.set(clock.now() + 1001);
     const text = await metrics();
     assert.match(text, /^petstore_webhook_attempts_total\{result="success"\} 1$/m);
     assert.match(text, /^petstore_webhook_attempts_total\{result="http_error"\} 1$/m);

@@ -330,12 +330,13 @@ export function startRelay({
   };
   const running = context.with(ROOT_CONTEXT, loop);
 
-  // Writes outcomes as attempts end, until none is in flight or `ms` have passed.
+  // Writes outcomes as attempts end, until none is in flight or `ms` have passed: real time (a
+  // grace for the process to stop), not the relay's clock.
   const settle = async (ms: number) => {
-    const deadline = Date.now() + ms;
-    while (inFlight.size > 0 && Date.now() < deadline) {
+    const deadline = performance.now() + ms;
+    while (inFlight.size > 0 && performance.now() < deadline) {
       await flush();
-      await Promise.race([sleep(Math.min(20, Math.max(1, deadline - Date.now()))), woken()]);
+      await Promise.race([sleep(Math.min(20, Math.max(1, deadline - performance.now()))), woken()]);
     }
     await flush();
   };

@@ -1,5 +1,6 @@
 import type { FastifyInstance, onRequestHookHandler } from 'fastify';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { systemClock, type Clock } from '../clock.js';
 import type { Scope } from '../schemas.js';
 import type { CloseReason } from './connections.js';
 import { petStatuses } from '../schemas.js';
@@ -65,9 +66,11 @@ const WEBHOOK_STATS_MAX_AGE_MS = 1000;
 /**
  * The app's metrics in a registry of its own (not prom-client's global one), so apps built in
  * one process never share or clash. `petstore_pets` is read from `store` at scrape time: running
- * counts (SQLite) or a count cached for 5 s (PostgreSQL), never a scan per scrape.
+ * counts (SQLite) or a count cached for 5 s (PostgreSQL), never a scan per scrape. The webhook
+ * gauges are read at most once a second, and the oldest event's age taken, by `clock`: the
+ * clock the events are stamped with.
  */
-export function createMetrics(store: Store): Metrics {
+export function createMetrics(store: Store, clock: Clock = systemClock): Metrics {
   const registry = new Registry();
   const registers = [registry];
   const labelNames = ['operation', 'method', 'status'] as const;
@@ -176,8 +179,9 @@ export function createMetrics(store: Store): Metrics {
   }
   let stats: { at: number; read: Promise<WebhookStats> } | undefined;
   const readStats = () => {
-    if (!stats || Date.now() - stats.at > WEBHOOK_STATS_MAX_AGE_MS) {
-      stats = { at: Date.now(), read: store.webhooks.stats() };
+    const now = clock.now();
+    if (!stats || now - stats.at > WEBHOOK_STATS_MAX_AGE_MS || now < stats.at) {
+      stats = { at: now, read: store.webhooks.stats() };
     }
     return stats.read;
   };
@@ -203,7 +207,7 @@ export function createMetrics(store: Store): Metrics {
   webhookGauge(
     'petstore_webhook_oldest_waiting_seconds',
     'Age of the oldest event an enabled webhook endpoint is still owed; 0 when none waits.',
-    (s) => (s.oldestWaitingAt ? Math.max(0, (Date.now() - s.oldestWaitingAt.getTime()) / 1000) : 0),
+    (s) => (s.oldestWaitingAt ? Math.max(0, (clock.now() - s.oldestWaitingAt.getTime()) / 1000) : 0),
   );
   webhookGauge(
     'petstore_webhook_endpoints_disabled',
