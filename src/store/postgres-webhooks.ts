@@ -86,8 +86,8 @@ const statements = {
     'SELECT u.endpoint_id, u.tx::text AS tx, u.seq, u.attempts, w.url, w.secret, w.previous_secret, w.previous_until, ' +
     'e.type, e.created_at, e.data FROM u JOIN webhook_endpoints w ON w.id = u.endpoint_id ' +
     'LEFT JOIN events e ON e.tx = u.tx AND e.seq = u.seq',
-  // An endpoint's attempts of one batch, in its order (the ids follow it). Not for an endpoint
-  // removed while the attempts were in flight.
+  // An endpoint's attempts of one batch, in the order given (the ids follow it). Not for an
+  // endpoint removed while the attempts were in flight.
   insertAttempts:
     'INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, at, status, error, duration_ms) ' +
     'SELECT w.id, a.event_id, a.attempt, a.at, a.status, a.error, a.duration_ms FROM webhook_endpoints w, ' +
@@ -261,7 +261,7 @@ export function postgresWebhooks(
               client,
             );
           }
-          // The endpoint's state, outcome by outcome in the feed's order; of successes in a row,
+          // The endpoint's state, outcome by outcome in the order given; of successes in a row,
           // only the last one's time is kept, so one statement writes them.
           for (const [i, { outcome, index }] of items.entries()) {
             const at = outcome.record.at.getTime();
