@@ -8,6 +8,8 @@ export class PostgresProxy {
   silent = false;
   /** Local ports of the connections to PostgreSQL, as pg_stat_activity.client_port shows them. */
   readonly upstreamPorts = new Set<number>();
+  /** The parameters each connection's startup message asked for (user, database, options…), in order. */
+  readonly startups: Record<string, string>[] = [];
   private server: Server | undefined;
   private readonly sockets = new Set<Socket>();
 
@@ -46,7 +48,16 @@ export class PostgresProxy {
       });
     }
     upstream.on('connect', () => this.upstreamPorts.add(upstream.localPort!));
+    client.once('data', (chunk) => void this.startups.push(startupParameters(chunk)));
     client.on('data', (chunk) => void (this.silent || upstream.write(chunk)));
     upstream.on('data', (chunk) => void (this.silent || client.write(chunk)));
   }
+}
+
+/** A startup message's parameters: Int32 length, Int32 protocol version, then name\0value\0 pairs. */
+function startupParameters(message: Buffer): Record<string, string> {
+  const fields = message.subarray(8, message.readInt32BE(0)).toString('utf8').split('\0');
+  const parameters: Record<string, string> = {};
+  for (let i = 0; i + 1 < fields.length && fields[i] !== ''; i += 2) parameters[fields[i]!] = fields[i + 1]!;
+  return parameters;
 }

@@ -9,7 +9,6 @@ import { ANSWER_BODY_LIMIT, postEvent } from '../src/events/deliver.js';
 import { MAX_RETRY_DELAY_MS, retryDelay } from '../src/events/relay.js';
 import { makeSecret, sign, signatures } from '../src/events/signature.js';
 import { refuseWebhookUrl } from '../src/events/url-policy.js';
-import { postgresWebhooks } from '../src/store/postgres-webhooks.js';
 import { startReceiver } from './webhooks.js';
 
 test('signatures match an independent implementation (standardwebhooks) for any secret, id, time and body', () => {
@@ -161,29 +160,5 @@ test('the webhook settings: defaults, the lease after the timeout, hosts for pla
     [{ PETSTORE_WEBHOOK_GIVE_UP: '3 days' }, /PETSTORE_WEBHOOK_GIVE_UP must be a whole number and a unit/],
   ] as const) {
     assert.throws(() => loadConfig(env), message);
-  }
-});
-
-test('PostgreSQL: the statements that count the events waiting run in a transaction without JIT', async () => {
-  // A backlog makes PostgreSQL's estimate of the counts large enough for JIT, whose compiling took
-  // far longer than the statement (docs/webhooks.md#the-relay): /metrics and webhooks list read them.
-  const sent: { text: string; client: string | undefined }[] = [];
-  let transactions = 0;
-  const webhooks = postgresWebhooks(
-    async (text, _values, client) => {
-      sent.push({ text, client: (client as unknown as { tag?: string } | undefined)?.tag });
-      const row = { waiting: 0n, oldest: null, disabled: 0n };
-      return { rows: [row], rowCount: 1 } as never;
-    },
-    async (work) => work({ tag: `transaction ${++transactions}` } as never),
-  );
-  assert.deepEqual(await webhooks.stats(), { waiting: 0, oldestWaitingAt: null, disabled: 0 });
-  await webhooks.listEndpoints().catch(() => {});
-  const counting = sent.filter(({ text }) => text.includes('count(*) FROM events'));
-  assert.equal(counting.length, 2, 'stats and list');
-  for (const statement of counting) {
-    assert.ok(statement.client, 'in a transaction');
-    const before = sent[sent.indexOf(statement) - 1]!;
-    assert.deepEqual(before, { text: 'SET LOCAL jit = off', client: statement.client });
   }
 });

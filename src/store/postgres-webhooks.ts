@@ -112,7 +112,6 @@ const statements = {
   disable:
     'UPDATE webhook_endpoints SET disabled_at = $1 WHERE id = $2 AND disabled_at IS NULL ' +
     'AND coalesce(last_success_at, -1) < $3 AND (failing_since <= $3 OR $4::boolean)',
-  noJit: 'SET LOCAL jit = off',
   stats:
     `SELECT sum(CASE WHEN w.disabled_at IS NULL THEN ${WAITING} ELSE 0 END) AS waiting, ` +
     'min(CASE WHEN w.disabled_at IS NULL THEN least(' +
@@ -142,24 +141,14 @@ export function postgresWebhooks(
   run: Run,
   inTransaction: <T>(work: (client: pg.PoolClient) => Promise<T>) => Promise<T>,
 ): WebhookStore {
-  // The counts of events waiting (WAITING) read every event past a cursor: with a backlog,
-  // PostgreSQL's estimate of that work, times its guess of the endpoints in a table too small to be
-  // analysed, passes jit_above_cost, and compiling the statement takes far longer than running it
-  // (docs/webhooks.md#the-relay). Those statements run without JIT.
-  const withoutJit = <T>(work: (client: pg.PoolClient) => Promise<T>) =>
-    inTransaction(async (client) => {
-      await run(statements.noJit, [], client);
-      return work(client);
-    });
-  const get = async (id: number | bigint) =>
-    (await withoutJit((client) => run<EndpointRow>(statements.get, [id], client))).rows[0];
+  const get = async (id: number | bigint) => (await run<EndpointRow>(statements.get, [id])).rows[0];
   return {
     async addEndpoint({ url, description, secret, createdAt }: NewWebhookEndpoint) {
       const { rows } = await run<{ id: bigint }>(statements.insert, [url, description, secret, createdAt]);
       return toEndpoint((await get(rows[0]!.id))!);
     },
     async listEndpoints() {
-      return (await withoutJit((client) => run<EndpointRow>(statements.list, [], client))).rows.map(toEndpoint);
+      return (await run<EndpointRow>(statements.list, [])).rows.map(toEndpoint);
     },
     async removeEndpoint(id: number) {
       return ((await run(statements.remove, [id])).rowCount ?? 0) > 0;
@@ -286,8 +275,9 @@ export function postgresWebhooks(
       await run(statements.release, [endpointId, String(position.tx), position.seq, owner]);
     },
     async stats() {
-      const { rows } = await withoutJit((client) =>
-        run<{ waiting: bigint | null; oldest: Date | null; disabled: bigint }>(statements.stats, [], client),
+      const { rows } = await run<{ waiting: bigint | null; oldest: Date | null; disabled: bigint }>(
+        statements.stats,
+        [],
       );
       const row = rows[0]!;
       return { waiting: Number(row.waiting ?? 0), oldestWaitingAt: row.oldest, disabled: Number(row.disabled) };
