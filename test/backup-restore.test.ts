@@ -4,7 +4,8 @@ import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from '
 import { dirname, join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
-import { migrateDatabase } from './in-process.js';
+import { migrateDatabase, runDatabase } from './in-process.js';
+import { tempFolder } from './helpers.js';
 import { childEnv, runCli, startServer, type Server } from './process.js';
 
 const KEY_LINE = /^ {4}(psk_[A-Za-z0-9_-]{43})$/m;
@@ -118,6 +119,23 @@ test('backup refuses an existing file unless --force, and writes it readable by 
   const usage = await runCli(['backup'], env);
   assert.equal(usage.code, 2);
   assert.match(usage.stderr, /Usage: petstore backup <file>/);
+});
+
+test('a bad command line of backup, restore or migrate status is one line, its controls shown as U+ codes, then the usage', async (t) => {
+  const db = join(tempFolder(t), 'petstore.db');
+  for (const argv of [
+    ['migrate', 'status', 'x\u001b[31mred\nline'],
+    ['backup', '--x\u001b[31mred\nline'],
+  ]) {
+    const { code, err } = await runDatabase(argv, db);
+    assert.equal(code, 2);
+    const [message, usage] = err.join('\n').split('\n\n');
+    assert.match(message!, /^petstore: [^\n]*$/);
+    assert.ok(!message!.includes('\u001b'), message);
+    assert.match(usage!, new RegExp(`^Usage: petstore ${argv[0]}`));
+  }
+  const { err } = await runDatabase(['migrate', 'status', 'x\u001b[31mred\nline'], db);
+  assert.match(err[0]!, /^petstore: unexpected argument: xU\+001B\[31mredU\+000Aline\n\n/);
 });
 
 test('backup and restore on PostgreSQL refuse with one line that names pg_dump or pg_restore', async (t) => {

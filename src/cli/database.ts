@@ -7,7 +7,8 @@ import { backupSqlite, OperationRefused, restoreSqlite } from '../store/backup.j
 import { migrationStates, readMigrations, type AppliedMigration } from '../store/migrations.js';
 import { readSqliteMigrations } from '../store/sqlite.js';
 import type { Store } from '../store/store.js';
-import { UsageError } from './args.js';
+import { oneLine } from '../errors.js';
+import { noArguments, UsageError } from './args.js';
 import type { Output } from './output.js';
 
 export interface DatabaseDeps {
@@ -141,7 +142,7 @@ async function restoreCommand(deps: DatabaseDeps, args: string[]): Promise<numbe
 
 async function statusCommand(deps: DatabaseDeps, args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
-  if (positionals.length > 0) throw new UsageError(`unexpected argument: ${positionals.join(' ')}`);
+  noArguments(positionals, databaseHelp['migrate status']!);
   const config = deps.config();
   const database = deps.describe(config);
   let applied: AppliedMigration[] = [];
@@ -207,7 +208,8 @@ export async function runDatabaseCommand(argv: string[], deps: DatabaseDeps): Pr
   } catch (error) {
     const code = String((error as { code?: unknown }).code);
     if (error instanceof UsageError || code.startsWith('ERR_PARSE_ARGS')) {
-      deps.io.err(`petstore: ${(error as Error).message}\n\n${help}`);
+      // One line, whatever the command line held.
+      deps.io.err(`petstore: ${oneLine((error as Error).message)}\n\n${help}`);
       return 2;
     }
     if (error instanceof OperationRefused) {
