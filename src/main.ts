@@ -2,9 +2,10 @@
 import './runtime.js';
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from './config.js';
+import { oneLine } from './errors.js';
 import { isDatabaseCommand, migrateCommand, runDatabaseCommand, withStore } from './cli/database.js';
 import { UsageError } from './cli/args.js';
-import { askedHelp } from './cli/help.js';
+import { askedHelp, usage } from './cli/help.js';
 import { runKeysCommand } from './cli/keys.js';
 import { processOutput } from './cli/output.js';
 import { runWebhooksCommand } from './cli/webhooks.js';
@@ -76,7 +77,8 @@ main(process.argv.slice(2)).then(
   },
   (error: unknown) => {
     if (error instanceof UsageError) {
-      io.err(`petstore: ${error.message}\n\n${error.help ?? askedHelp([], true)}`);
+      // One line, whatever the command line held.
+      io.err(`petstore: ${oneLine(error.message)}\n\n${error.help ?? usage}`);
       process.exitCode = 2;
     } else if (error instanceof StartupError && error.cause instanceof UnknownMigrationError) {
       // docs/operations.md#migrations: a database a newer release touched is refused with exit 2.

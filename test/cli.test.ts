@@ -134,6 +134,13 @@ test("a bad subcommand line prints that subcommand's usage", async (t) => {
   assert.match(keys.stderr, /^petstore: unknown command: keys rotate\n\nUsage: petstore keys </);
 });
 
+test('an unknown command is one line, its controls shown as U+ codes, then the usage, and exit 2', async (t) => {
+  const { code, stdout, stderr } = await runCli(['x\u001b[31mred\nline'], childEnv(t));
+  assert.equal(code, 2);
+  assert.equal(stdout, '');
+  assert.match(stderr, /^petstore: unknown command: xU\+001B\[31mredU\+000Aline\n\nUsage: petstore <command>/);
+});
+
 test('keys create --json keeps standard output to the one JSON line, the notes on standard error', async (t) => {
   const env = await migratedEnv(t);
   const { code, stdout, stderr } = await runCli(['keys', 'create', '--name', 'ci', '--json'], env);

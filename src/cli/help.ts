@@ -3,7 +3,8 @@ import { databaseHelp } from './database.js';
 import { keysHelp } from './keys.js';
 import { webhooksHelp } from './webhooks.js';
 
-const usage = `Usage: petstore <command> [options]
+/** The petstore command's own usage: what `petstore --help` prints. */
+export const usage = `Usage: petstore <command> [options]
        (npx petstore <command> in the installation folder)
 
 Commands:
