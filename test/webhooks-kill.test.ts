@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
-import { childEnv, runCli, startServer } from './process.js';
+import { loadConfig } from '../src/config.js';
+import { openStore } from '../src/store/open.js';
+import { childEnv, startServer } from './process.js';
 import { createPostgresSchema, postgresSkip } from './stores.js';
-import { createPetAt, holdingReceiver, prepareWithCli, startReceiver } from './webhooks.js';
+import { createPetAt, holdingReceiver, prepareDatabase, startReceiver } from './webhooks.js';
 
 test('SQLite: an event whose attempt a kill -9 cut off is delivered after the restart; SIGTERM waits for none beyond its grace', async (t) => {
   const receiver = await holdingReceiver(t);
@@ -13,7 +15,7 @@ test('SQLite: an event whose attempt a kill -9 cut off is delivered after the re
     PETSTORE_WEBHOOK_LEASE_MS: '2000',
     PETSTORE_WEBHOOK_RETRY_MS: '100',
   });
-  const { key, secret } = await prepareWithCli(env, receiver.url);
+  const { key, secret } = await prepareDatabase(env, receiver.url);
 
   const first = await startServer(t, env);
   const created = await createPetAt(first.url, key, '{"name":"Rex","categoryId":9007199254740993}');
@@ -49,18 +51,19 @@ test('SQLite: an event whose attempt a kill -9 cut off is delivered after the re
 test('an instance started with PETSTORE_WEBHOOK_DELIVERY=off serves the API and delivers nothing', async (t) => {
   const receiver = await startReceiver(t);
   const env = childEnv(t, { PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1', PETSTORE_WEBHOOK_DELIVERY: 'off' });
-  const { key } = await prepareWithCli(env, receiver.url);
+  const { key } = await prepareDatabase(env, receiver.url);
   const server = await startServer(t, env);
   const created = await createPetAt(server.url, key, '{"name":"Rex","categoryId":1}');
   assert.equal(created.status, 201);
   await new Promise((resolve) => setTimeout(resolve, 1500));
   assert.equal(receiver.received.length, 0);
-  const listed = await runCli(['webhooks', 'list', '--json'], env);
-  assert.equal(
-    (JSON.parse(listed.stdout) as { waiting: number }).waiting,
-    1,
-    'the event waits for an instance that delivers',
-  );
+  const store = await openStore(loadConfig(env));
+  try {
+    const [endpoint] = await store.webhooks.listEndpoints();
+    assert.equal(endpoint!.waiting, 1, 'the event waits for an instance that delivers');
+  } finally {
+    await store.close();
+  }
   server.child.kill('SIGTERM');
   assert.equal((await server.exited).code, 0);
 });
@@ -78,7 +81,7 @@ test(
       PETSTORE_WEBHOOK_TIMEOUT_MS: '1000',
       PETSTORE_WEBHOOK_LEASE_MS: '2000',
     });
-    const { key } = await prepareWithCli(env, receiver.url);
+    const { key } = await prepareDatabase(env, receiver.url);
     const doomed = await startServer(t, env);
     const created = await createPetAt(doomed.url, key, '{"name":"Rex","categoryId":1}', { 'idempotency-key': 'once' });
     assert.equal(created.status, 201);

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { callerTrace, startReceiver as startCollector } from './otlp.js';
 import { childEnv, startServer } from './process.js';
-import { createPetAt, prepareWithCli, startReceiver } from './webhooks.js';
+import { createPetAt, prepareDatabase, startReceiver } from './webhooks.js';
 
 const CLIENT = 3; // OTLP SpanKind: SPAN_KIND_CLIENT
 
@@ -14,7 +14,7 @@ test('with tracing on, each webhook attempt is a client span of its own trace th
     OTEL_EXPORTER_OTLP_ENDPOINT: collector.url,
     OTEL_BSP_SCHEDULE_DELAY: '100',
   });
-  const { key, secret } = await prepareWithCli(env, `${receiver.url}?token=Zq7secretToken`);
+  const { key, secret } = await prepareDatabase(env, `${receiver.url}?token=Zq7secretToken`);
   const server = await startServer(t, env);
   const caller = callerTrace();
   const created = await createPetAt(server.url, key, '{"name":"Rex","categoryId":1}', {

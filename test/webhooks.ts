@@ -1,4 +1,3 @@
-import assert from 'node:assert/strict';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
@@ -6,9 +5,10 @@ import { loadConfig } from '../src/config.js';
 import type { Clock } from '../src/clock.js';
 import { runWebhooksCommand } from '../src/cli/webhooks.js';
 import { startRelay, type RelayOptions } from '../src/events/relay.js';
+import { issueKey } from '../src/keys/issue.js';
+import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/store.js';
 import type { ClaimedDelivery, WebhookStore } from '../src/store/webhooks.js';
-import { runCli } from './process.js';
 
 export interface Received {
   headers: IncomingHttpHeaders;
@@ -193,19 +193,20 @@ export async function addEndpoint(store: Store, url: string, extra: string[] = [
 }
 
 /**
- * Readies the database `env` names with the built command, as an operator would before the first
- * start: migrate, an API key, and an endpoint for `url`. Resolves to the key and the endpoint's secret.
+ * Readies the database `env` names as an operator would before the first start (migrate, an API
+ * key, an endpoint for `url`), with the commands' own code in this process: only the service the
+ * test starts needs a process. Resolves to the key and the endpoint's secret.
  */
-export async function prepareWithCli(env: Record<string, string>, url: string) {
-  const migrated = await runCli(['migrate'], env);
-  assert.equal(migrated.code, 0, migrated.stderr);
-  const issued = await runCli(['keys', 'create', '--name', 'test', '--json'], env);
-  assert.equal(issued.code, 0, issued.stderr);
-  const added = await runCli(['webhooks', 'add', url, '--json'], env);
-  assert.equal(added.code, 0, added.stderr);
-  const { key } = JSON.parse(issued.stdout) as { key: string };
-  const { secret } = JSON.parse(added.stdout) as { secret: string };
-  return { key, secret };
+export async function prepareDatabase(env: Record<string, string>, url: string) {
+  const store = await openStore(loadConfig(env));
+  try {
+    await store.migrate();
+    const { key } = await issueKey(store, 'test');
+    const { secret } = await addEndpoint(store, url);
+    return { key, secret };
+  } finally {
+    await store.close();
+  }
 }
 
 /** POST /v1/pets with `body` to the service at `base` (a started process's URL), as `key`. */
