@@ -42,9 +42,11 @@ for (const kind of storeKinds) {
     await store.migrate();
     const receiver = await holdingReceiver(t);
     await addEndpoint(store, receiver.url);
-    testRelay(t, store, { env: { PETSTORE_WEBHOOK_CONCURRENCY: '4', PETSTORE_WEBHOOK_TIMEOUT_MS: '5000' } });
-    // The relay running with nothing to send, /metrics' figures read as a scrape reads them.
-    await pause(200);
+    const { looked } = testRelay(t, store, {
+      env: { PETSTORE_WEBHOOK_CONCURRENCY: '4', PETSTORE_WEBHOOK_TIMEOUT_MS: '5000' },
+    });
+    // The relay running with nothing to send (a whole look made), /metrics' figures read as a scrape reads them.
+    assert.deepEqual(await looked(), []);
     assert.equal((await store.webhooks.stats()).waiting, 0);
     const idle = await retainedHeap();
     await database.execute(eventRowsSql(kind.name, 100_000, '2026-11-28T12:00:00.000Z'));
@@ -290,10 +292,14 @@ testTwoInstances('two relays share the deliveries, each attempt made once', asyn
   for (let i = 0; i < 30; i++) await one.createPet(pet(`Rex ${i}`));
   const made = [0, 0];
   const env = { PETSTORE_WEBHOOK_CONCURRENCY: '2' };
-  testRelay(t, one, { env, countAttempt: () => void made[0]!++ });
-  testRelay(t, two, { env, countAttempt: () => void made[1]!++ });
+  const relays = [
+    testRelay(t, one, { env, countAttempt: () => void made[0]!++ }),
+    testRelay(t, two, { env, countAttempt: () => void made[1]!++ }),
+  ];
   await receiver.waitFor(30);
-  await pause(300);
+  // Every outcome written, then a whole look of each relay: neither sends anything again.
+  await until(async () => (await one.webhooks.stats()).waiting === 0, 5000, 'every delivery recorded');
+  assert.deepEqual(await Promise.all(relays.map(({ looked }) => looked())), [[], []]);
   const ids = receiver.received.map((request) => String(request.headers['webhook-id']));
   assert.equal(ids.length, 30, 'no event sent twice');
   assert.equal(new Set(ids).size, 30);
