@@ -333,6 +333,27 @@ export async function runBacklog(
   }
 }
 
+/**
+ * `run` on a fresh store of each kind, each seeded with 10,000 pets: a SQLite file in `folder`,
+ * then, when `postgres`, a PostgreSQL schema of its own, dropped after. Every service on a store
+ * runs a relay, so each events run and backlog measure has a store no other service uses.
+ */
+export async function onEachStore<T>(
+  { folder, name, postgres }: { folder: string; name: string; postgres: boolean },
+  run: (store: EventsRun['store'], seeded: Seeded) => Promise<T>,
+): Promise<T[]> {
+  const results = [await run('SQLite', seedSqlite(join(folder, `${name}.db`), 10_000))];
+  if (postgres) {
+    const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_${name.replace(/\W/g, '_')}_${process.pid}`, 10_000);
+    try {
+      results.push(await run('PostgreSQL', pg));
+    } finally {
+      await pg.drop();
+    }
+  }
+  return results;
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { values } = parseArgs({
     options: {
@@ -352,35 +373,26 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     warmup: 1,
     concurrency: concurrency ? Number(concurrency) : undefined,
   };
-  const postgres = values.postgres && (await reachable(POSTGRES_URL));
+  const postgres = Boolean(values.postgres && (await reachable(POSTGRES_URL)));
+  const logFile = (store: string, name: string) => join(temp, `${store}-${name}.log`);
   try {
     for (const rate of values.rate
       .split(',')
       .map(Number)
       .filter((rate) => rate > 0)) {
-      const sqlite = seedSqlite(join(temp, `events-${rate}.db`), 10_000);
-      runs.push(await runEvents('SQLite', sqlite, { ...options, rate, logFile: join(temp, `sqlite-${rate}.log`) }));
-      if (postgres) {
-        const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_events_${process.pid}`, 10_000);
-        try {
-          runs.push(await runEvents('PostgreSQL', pg, { ...options, rate, logFile: join(temp, `pg-${rate}.log`) }));
-        } finally {
-          await pg.drop();
-        }
-      }
+      runs.push(
+        ...(await onEachStore({ folder: temp, name: `events-${rate}`, postgres }, (store, seeded) =>
+          runEvents(store, seeded, { ...options, rate, logFile: logFile(store, `${rate}`) }),
+        )),
+      );
     }
     const events = Number(values.backlog);
     if (events > 0) {
-      const sqlite = seedSqlite(join(temp, 'backlog.db'), 10_000);
-      backlogs.push(await runBacklog('SQLite', sqlite, { events, logFile: join(temp, 'sqlite-backlog.log') }));
-      if (postgres) {
-        const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_backlog_${process.pid}`, 10_000);
-        try {
-          backlogs.push(await runBacklog('PostgreSQL', pg, { events, logFile: join(temp, 'pg-backlog.log') }));
-        } finally {
-          await pg.drop();
-        }
-      }
+      backlogs.push(
+        ...(await onEachStore({ folder: temp, name: 'backlog', postgres }, (store, seeded) =>
+          runBacklog(store, seeded, { events, logFile: logFile(store, 'backlog') }),
+        )),
+      );
     }
     const lines = [
       ...(runs.length ? renderEvents(runs) : []),

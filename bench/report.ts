@@ -219,7 +219,9 @@ const shippedAs = (info: RunInfo) =>
 
 const int = (n: number) => Math.round(n).toLocaleString('en-US');
 const ms = (n: number) => (n < 10 ? n.toFixed(2) : n.toFixed(1));
-const mib = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / MB).toFixed(0)} MB`);
+/** Bytes as MB with `digits` decimals; n/a when unknown. */
+export const mib = (bytes: number | undefined, digits = 0) =>
+  bytes === undefined ? 'n/a' : `${(bytes / MB).toFixed(digits)} MB`;
 const mark = (ok: boolean) => (ok ? 'met' : '**not met**');
 /** p99 ÷ p50, or NaN when p50 reads 0: autocannon reports whole milliseconds, so a p50 under 1 ms gives no ratio. */
 export const tailOf = ({ p50Ms, p99Ms }: { p50Ms: number; p99Ms: number }) => (p50Ms > 0 ? p99Ms / p50Ms : NaN);
@@ -314,10 +316,12 @@ export function renderEvents(runs: EventsRun[]): string[] {
   ];
 }
 
-const mib1 = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / MB).toFixed(1)} MB`);
-
-const delta = (to: number | undefined, from: number | undefined) =>
-  to === undefined || from === undefined ? 'n/a' : `${to < from ? '−' : '+'}${mib1(Math.abs(to - from))}`;
+/** `to` against `from` in MB with one decimal, signed; a change that rounds to 0.0 has no sign. */
+function delta(to: number | undefined, from: number | undefined): string {
+  if (to === undefined || from === undefined) return 'n/a';
+  const shown = mib(Math.abs(to - from), 1);
+  return shown === '0.0 MB' ? shown : `${to < from ? '−' : '+'}${shown}`;
+}
 
 /** The backlog measure's table, one line per store. */
 export function renderBacklog(runs: BacklogRun[]): string[] {
@@ -327,7 +331,7 @@ export function renderBacklog(runs: BacklogRun[]): string[] {
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...runs.map(
       (r) =>
-        `| ${r.store} | ${mib1(r.rssNone)} | ${mib1(r.rssFew)} | ${mib1(r.rssWaiting)} | ${delta(r.rssWaiting, r.rssFew)} | ${delta(r.rssWaiting, r.rssNone)} | ${mib1(r.peakWaiting)} | ${int(r.waitingNone)}, ${int(r.waitingFew)}, ${int(r.waitingSeen)} | ${int(r.attempts)} |`,
+        `| ${r.store} | ${mib(r.rssNone, 1)} | ${mib(r.rssFew, 1)} | ${mib(r.rssWaiting, 1)} | ${delta(r.rssWaiting, r.rssFew)} | ${delta(r.rssWaiting, r.rssNone)} | ${mib(r.peakWaiting, 1)} | ${int(r.waitingNone)}, ${int(r.waitingFew)}, ${int(r.waitingSeen)} | ${int(r.attempts)} |`,
     ),
   ];
 }

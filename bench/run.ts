@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
-import { BACKLOG_EVENTS, runBacklog, runEvents } from './events.js';
+import { BACKLOG_EVENTS, onEachStore, runBacklog, runEvents } from './events.js';
 import { drive, hasWrk, workload, type Sample, type WorkloadName } from './load.js';
 import {
   pinning,
@@ -22,6 +22,7 @@ import {
   type Running,
 } from './processes.js';
 import {
+  mib,
   npmCommand,
   writeReport,
   type BacklogRun,
@@ -391,18 +392,12 @@ async function eventsRun(postgres: boolean): Promise<{ events: EventsRun[]; back
   const runs: EventsRun[] = [];
   const options = { seconds: seconds * rounds, warmup, serverCpu: SERVER_CPU, receiverCpu: RECEIVER_CPU };
   for (const rate of eventsRates.filter((rate) => rate > 0)) {
-    log(`events: SQLite, ${rate} creates a second for ${options.seconds} s, delivered to a local receiver`);
-    const seeded = seedSqlite(join(temp, `events-${rate}.db`), 10_000);
-    runs.push(await runEvents('SQLite', seeded, { ...options, rate, logFile: logFile(`events-sqlite-${rate}`) }));
-    if (postgres) {
-      log(`events: PostgreSQL, ${rate} creates a second for ${options.seconds} s`);
-      const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_events_${process.pid}`, 10_000);
-      try {
-        runs.push(await runEvents('PostgreSQL', pg, { ...options, rate, logFile: logFile(`events-pg-${rate}`) }));
-      } finally {
-        await pg.drop();
-      }
-    }
+    runs.push(
+      ...(await onEachStore({ folder: temp, name: `events-${rate}`, postgres }, (store, seeded) => {
+        log(`events: ${store}, ${rate} creates a second for ${options.seconds} s, delivered to a local receiver`);
+        return runEvents(store, seeded, { ...options, rate, logFile: logFile(`events-${store}-${rate}`) });
+      })),
+    );
   }
   for (const run of runs) {
     log(
@@ -412,25 +407,15 @@ async function eventsRun(postgres: boolean): Promise<{ events: EventsRun[]; back
         `${run.failed} failed creates`,
     );
   }
-  const backlog: BacklogRun[] = [];
   const backlogOptions = { serverCpu: SERVER_CPU, receiverCpu: RECEIVER_CPU };
-  log(`events: SQLite, the service's RSS with ${BACKLOG_EVENTS} events waiting for a receiver that hangs`);
-  const seeded = seedSqlite(join(temp, 'backlog.db'), 10_000);
-  backlog.push(await runBacklog('SQLite', seeded, { ...backlogOptions, logFile: logFile('backlog-sqlite') }));
-  if (postgres) {
-    log(`events: PostgreSQL, the service's RSS with ${BACKLOG_EVENTS} events waiting for a receiver that hangs`);
-    const pg = await seedPostgres(POSTGRES_URL, `petstore_bench_backlog_${process.pid}`, 10_000);
-    try {
-      backlog.push(await runBacklog('PostgreSQL', pg, { ...backlogOptions, logFile: logFile('backlog-pg') }));
-    } finally {
-      await pg.drop();
-    }
-  }
+  const backlog = await onEachStore({ folder: temp, name: 'backlog', postgres }, (store, seeded) => {
+    log(`events: ${store}, the service's RSS with ${BACKLOG_EVENTS} events waiting for a receiver that hangs`);
+    return runBacklog(store, seeded, { ...backlogOptions, logFile: logFile(`backlog-${store}`) });
+  });
   for (const run of backlog) {
-    const mb = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / 2 ** 20).toFixed(1)} MB`);
     log(
-      `  ${run.store} backlog: RSS ${mb(run.rssNone)} with none waiting, ${mb(run.rssFew)} with ${run.waitingFew}, ` +
-        `${mb(run.rssWaiting)} with ${run.waitingSeen} (peak ${mb(run.peakWaiting)}), ${run.attempts} attempts held`,
+      `  ${run.store} backlog: RSS ${mib(run.rssNone, 1)} with none waiting, ${mib(run.rssFew, 1)} with ${run.waitingFew}, ` +
+        `${mib(run.rssWaiting, 1)} with ${run.waitingSeen} (peak ${mib(run.peakWaiting, 1)}), ${run.attempts} attempts held`,
     );
   }
   return { events: runs, backlog };

@@ -430,6 +430,11 @@ test('the events section has the service’s RSS with a backlog waiting for a ha
     '| PostgreSQL | 101.0 MB | 101.2 MB | 100.6 MB | −0.6 MB | −0.4 MB | n/a | 0, 1,000, 100,000 | 16 |',
   ]);
   for (const line of table) assert.equal(line.split('|').length, table[0]!.split('|').length, line);
+  // A change that rounds to nothing has no sign.
+  const flat = renderBacklog([
+    backlogRun('SQLite', { rssNone: 106.1 * MB, rssFew: 106.12 * MB, rssWaiting: 106.1 * MB }),
+  ]);
+  assert.match(flat[2]!, /^\| SQLite \| 106\.1 MB \| 106\.1 MB \| 106\.1 MB \| 0\.0 MB \| 0\.0 MB \|/);
   const { latest, summary } = renderReport(RUN, { ...INFO, backlog });
   // Under the events heading, even in a run without the delivery rows.
   const heading = latest.indexOf('## Events: webhook delivery to a local receiver');
