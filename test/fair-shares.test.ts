@@ -2,36 +2,13 @@ import assert from 'node:assert/strict';
 import { Agent, request } from 'node:http';
 import { connect, Socket, type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { issueKey } from '../src/keys/issue.js';
-import { startApp, tempSqliteStore } from './helpers.js';
-
-/** The app on a real socket, with `env` settings (the store: PETSTORE_TEST_STORE's, SQLite by default). */
-async function listen(t: TestContext, env: Record<string, string> = {}, sqlite = false) {
-  // Registered before the app's close, which waits for them: the test's connections are destroyed first.
-  const sockets: Socket[] = [];
-  t.after(() => sockets.forEach((socket) => socket.destroy()));
-  const app = await startApp(t, { env, ...(sqlite ? { store: (await tempSqliteStore(t)).store } : {}) });
-  await app.app.listen({ port: 0, host: '127.0.0.1' });
-  const { port } = app.app.server.address() as AddressInfo;
-  const closedBy = async () => {
-    const metrics = await app.call({ url: '/metrics' });
-    const counts: Record<string, number> = {};
-    for (const [, reason, value] of metrics.body.matchAll(
-      /^petstore_connections_closed_total\{reason="([a-z_]+)"\} ([0-9]+)$/gm,
-    )) {
-      counts[reason!] = Number(value);
-    }
-    return counts;
-  };
-  return { ...app, port, closedBy, sockets };
-}
-
-const HEALTHZ = 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n';
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+import { HEALTHZ, holder, listen, servedKeptOpen, sleep, type Hold } from './crowd.js';
+import { tempSqliteStore } from './helpers.js';
 
 test('200 keep-alive connections from one address, each sending requests and reading answers, all get their answers with the defaults', async (t) => {
   const app = await listen(t);
@@ -86,65 +63,6 @@ test('150 concurrent fetch POSTs from one process all get 201', async (t) => {
   assert.deepEqual(await app.closedBy(), {});
 });
 
-type Hold = 'silent' | 'idle' | 'busy';
-
-/**
- * Connections from `address` that hold a slot, until the test ends: `silent` sends nothing;
- * `idle` sends one request, reads its answer, then waits; `busy` sends a request every 50 ms,
- * reading each answer, until one says `Connection: close`, and opens a new connection whenever
- * the server closes one. `cut` counts the requests sent on a connection that was served, then
- * closed before their answer came.
- */
-function holder(t: TestContext, sockets: Socket[], port: number, address: string, how: Hold, cut: { count: number }) {
-  let stopped = false;
-  t.after(() => (stopped = true));
-  const deadline = performance.now() + 20_000;
-  const start = (): Promise<void> =>
-    new Promise((resolve) => {
-      const socket = connect({ port, host: '127.0.0.1', localAddress: address });
-      sockets.push(socket);
-      let sent = 0;
-      let answered = 0;
-      let last = false;
-      const send = () => {
-        if (socket.destroyed || last) return;
-        sent++;
-        socket.write(HEALTHZ);
-      };
-      socket.on('error', () => {});
-      socket.once('connect', () => (how === 'silent' ? resolve() : send()));
-      socket.on('data', (chunk: Buffer) => {
-        const text = chunk.toString('latin1');
-        answered += text.split('HTTP/1.1 ').length - 1;
-        last ||= /\r\nconnection: close\r\n/i.test(text);
-        resolve();
-        if (how === 'busy' && !stopped && performance.now() < deadline) setTimeout(send, 50);
-      });
-      socket.once('close', () => {
-        resolve();
-        // One refused as it opened was never admitted: its request was never read.
-        if (!stopped && answered > 0) cut.count += sent - answered;
-        if (how === 'busy' && !stopped && performance.now() < deadline) setTimeout(start, 20);
-      });
-    });
-  return start();
-}
-
-/** Milliseconds from connecting to a 200 for GET /healthz on a connection from `address` that stays open; Infinity when closed first. */
-function servedKeptOpen(sockets: Socket[], port: number, address: string): Promise<number> {
-  return new Promise((resolve) => {
-    const started = performance.now();
-    const socket = connect({ port, host: '127.0.0.1', localAddress: address });
-    sockets.push(socket);
-    socket.on('error', () => {});
-    socket.once('data', (chunk) =>
-      resolve(chunk.toString('latin1').startsWith('HTTP/1.1 200') ? performance.now() - started : Infinity),
-    );
-    socket.once('close', () => resolve(Infinity));
-    socket.write(HEALTHZ);
-  });
-}
-
 const reasonFor: Record<Hold, string> = { silent: 'silent_evicted', idle: 'idle_evicted', busy: 'busy_evicted' };
 
 for (const addresses of [4, 16]) {
@@ -154,13 +72,12 @@ for (const addresses of [4, 16]) {
       const holders = [];
       const cut = { count: 0 };
       for (let i = 0; i < 32; i++) {
-        holders.push(holder(t, app.sockets, app.port, `127.0.0.${2 + (i % addresses)}`, how, cut));
+        holders.push(holder(t, app.sockets, app.port, `127.0.0.${2 + (i % addresses)}`, how, { cut }));
       }
       await Promise.all(holders);
       // Long enough for the silent and idle ones to count as such.
       await sleep(400);
-      const open = await new Promise<number>((resolve) => app.app.server.getConnections((_, n) => resolve(n)));
-      assert.equal(open, 32, 'the holders took every slot');
+      assert.equal(await app.openCount(), 32, 'the holders took every slot');
       // New clients keeping their connections, more than the spare slots (4): then the holders
       // must give up theirs. One refused as it opens tries again 20 ms later.
       for (const address of ['127.0.1.1', '127.0.1.2', '127.0.1.3', '127.0.1.4', '127.0.1.5', '127.0.1.6']) {
@@ -295,13 +212,13 @@ test('each connection closed for the limits leaves a log line: at most one a sec
       refused.once('close', resolve);
     });
   }
-  const about = () => lines.filter((line) => line.reason === 'address_full');
+  const about = () => lines.filter((line) => line.reason === 'address_cap');
   assert.equal(about().length, 1);
   assert.deepEqual(
     { ...about()[0], time: undefined, pid: undefined, hostname: undefined, msg: undefined },
     {
       level: 40,
-      reason: 'address_full',
+      reason: 'address_cap',
       addressGroup: '127.0.0.5',
       closed: 1,
       time: undefined,

@@ -4,7 +4,7 @@ import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import fc from 'fast-check';
-import { PIPELINE_LIMIT } from '../src/http/connections.js';
+import { PIPELINE_LIMIT } from '../src/http/pipelining.js';
 import { childEnv, startServer, type Server } from './process.js';
 import { parseResponses } from './raw.js';
 

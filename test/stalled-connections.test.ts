@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { connect, type AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { PIPELINE_LIMIT } from '../src/http/connections.js';
+import { PIPELINE_LIMIT } from '../src/http/pipelining.js';
 import { startApp, tempSqliteStore } from './helpers.js';
 import { assertRawError, exchange, exchangeBytes, parseResponses } from './raw.js';
 

@@ -2,7 +2,7 @@ import type { FastifyInstance, onRequestHookHandler } from 'fastify';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { systemClock, type Clock } from '../clock.js';
 import type { Scope } from '../schemas.js';
-import type { CloseReason } from './connections.js';
+import { closeReasons, type CloseReason } from './slot-policy.js';
 import { petStatuses } from '../schemas.js';
 import type { ObserveCall } from '../store/instrumented.js';
 import { PET_COUNTS_MAX_AGE_MS, type Store } from '../store/store.js';
@@ -163,7 +163,7 @@ export function createMetrics(store: Store, clock: Clock = systemClock): Metrics
   // docs/hardening.md#connections: connections closed for holding a slot without progress, and the rest.
   const closedConnections = new Counter({
     name: 'petstore_connections_closed_total',
-    help: 'Connections the service closed or refused itself, by reason (docs/hardening.md): slow_reader, no_progress, pipeline_depth, silent_evicted, address_full, server_full.',
+    help: `Connections the service closed or refused itself, by reason (docs/hardening.md#connections): ${closeReasons.join(', ')}.`,
     labelNames: ['reason'] as const,
     registers,
   });
