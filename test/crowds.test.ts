@@ -24,7 +24,7 @@ async function servedWithin(app: Awaited<ReturnType<typeof listen>>, address: st
 const evicted: Record<Hold, string> = { silent: 'silent_evicted', idle: 'idle_evicted', busy: 'busy_evicted' };
 
 for (const how of ['silent', 'idle', 'busy'] as const) {
-  test(`16 addresses each holding one of 16 slots with a ${how} connection: ten newcomers from other addresses are each served within a second`, async (t) => {
+  test(`16 addresses each holding one of 16 slots with ${how === 'idle' ? 'an' : 'a'} ${how} connection: ten newcomers from other addresses are each served within a second`, async (t) => {
     const app = await listen(t, { PETSTORE_MAX_CONNECTIONS: '16' }, true);
     const cut = { count: 0 };
     await Promise.all(
