@@ -452,6 +452,17 @@ export const idempotencyRetryAfter: HeaderDocs = {
   'Retry-After': retryAfter('Seconds to wait before retrying.'),
 };
 
+/** createPet's 415 for a content-encoded body (src/http/json.ts): the one coding it takes. */
+export const acceptEncodingHeader: HeaderDocs = {
+  'Accept-Encoding': {
+    type: 'string',
+    maxLength: 8,
+    enum: ['identity'],
+    description:
+      'On a 415 for a body sent with a Content-Encoding (gzip, say): bodies are taken as they are, never content-encoded (RFC 9110 section 12.5.3).',
+  },
+};
+
 /** createPet's Location: the new animal's path (docs/api.md#operations). */
 export const locationHeader: HeaderDoc = {
   type: 'string',

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { gzipSync } from 'node:zlib';
 import { assertError, postRaw, startApp, type TestApp } from './helpers.js';
 
 /** Posts each body and expects a 400 whose message names `field`, then checks nothing was stored. */
@@ -314,6 +315,30 @@ test('returns 415 when no Content-Type is sent, with or without a body', async (
     assertError(response, 415, 'unsupported_media_type', 'Content-Type');
   }
   assert.equal((await app.call({ method: 'GET', url: '/v1/pets' })).body, '[]');
+});
+
+test('returns 415 naming Content-Encoding, with Accept-Encoding: identity, for a body sent with a content coding, and stores nothing', async (t) => {
+  const app = await startApp(t);
+  const json = '{"name":"Rex","categoryId":7}';
+  const cases: [string, string | Buffer][] = [
+    // A plain JSON body that says it is compressed, and one that is.
+    ['gzip', json],
+    ['gzip', gzipSync(json)],
+    ['br', json],
+    ['deflate, identity', json],
+    ['x-unknown', json],
+    ['', json],
+  ];
+  for (const [coding, body] of cases) {
+    const response = await postRaw(app, body, { 'content-type': 'application/json', 'content-encoding': coding });
+    assertError(response, 415, 'unsupported_media_type', 'Content-Encoding');
+    assert.equal(response.headers['accept-encoding'], 'identity', coding);
+  }
+  assert.equal((await app.call({ method: 'GET', url: '/v1/pets' })).body, '[]');
+  for (const identity of ['identity', 'Identity']) {
+    const response = await postRaw(app, json, { 'content-type': 'application/json', 'content-encoding': identity });
+    assert.equal(response.statusCode, 201, response.body);
+  }
 });
 
 test('accepts Content-Type application/json with a charset=utf-8 parameter, in any case', async (t) => {

@@ -101,10 +101,27 @@ const NOT_JSON = Symbol('not JSON');
 const tooDeep = () => new ApiError('invalid_request', `The request body nests deeper than ${MAX_DEPTH} levels.`);
 
 /**
- * Fastify content-type parser for `application/json`: strict UTF-8, strict JSON, no duplicate
- * keys, every integer exact. Errors are the contract's 400 and 415 bodies.
+ * RFC 9110 section 8.4.1: a body in a content coding the service does not decode (gzip, say) is
+ * a 415 that says which it takes (section 12.5.3: `Accept-Encoding` on the 415). Bodies are at
+ * most 16 KiB: compressing them saves a client little, and decoding them would let a small body
+ * take much memory.
+ */
+function refuseContentCoding(request: FastifyRequest): void {
+  const coding = request.headers['content-encoding'];
+  if (coding === undefined || /^\s*identity\s*$/i.test(coding)) return;
+  throw new ApiError(
+    'unsupported_media_type',
+    `The request body must not be content-encoded (Content-Encoding: ${echo(coding)}); send the JSON as it is, without a Content-Encoding header.`,
+    { 'accept-encoding': 'identity' },
+  );
+}
+
+/**
+ * Fastify content-type parser for `application/json`: no content coding, strict UTF-8, strict
+ * JSON, no duplicate keys, every integer exact. Errors are the contract's 400 and 415 bodies.
  */
 export function parseJsonBody(request: FastifyRequest, body: Buffer): unknown {
+  refuseContentCoding(request);
   const charset = /;\s*charset\s*=\s*"?([^";\s]*)"?/i.exec(request.headers['content-type'] ?? '')?.[1];
   if (charset !== undefined && charset.toLowerCase() !== 'utf-8') {
     throw new ApiError(

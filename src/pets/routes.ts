@@ -24,6 +24,7 @@ import {
   refusedKeyHeaders,
   eitherPolicyHeaders,
   answerHeaders,
+  acceptEncodingHeader,
   idempotencyRetryAfter,
   locationHeader,
 } from '../schemas.js';
@@ -199,8 +200,8 @@ export function createPet(app: FastifyInstance, { store, authenticate }: PetDeps
           ),
           413: errorResponse('payload_too_large: the body is over 16 KiB.', rateLimitHeaders),
           415: errorResponse(
-            'unsupported_media_type: the body is not sent as application/json (UTF-8).',
-            rateLimitHeaders,
+            'unsupported_media_type: the body is not sent as application/json (UTF-8), or is sent with a Content-Encoding (gzip, say): bodies are taken as they are, never content-encoded.',
+            { ...rateLimitHeaders, ...acceptEncodingHeader },
           ),
           422: errorResponse(
             'idempotency_mismatch: this Idempotency-Key was used with a different body.',

@@ -555,7 +555,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unsupported_media_type: the body is not sent as application/json (UTF-8). */
+            /** @description unsupported_media_type: the body is not sent as application/json (UTF-8), or is sent with a Content-Encoding (gzip, say): bodies are taken as they are, never content-encoded. */
             415: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -568,6 +568,8 @@ export interface operations {
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
                     RateLimit?: string;
+                    /** @description On a 415 for a body sent with a Content-Encoding (gzip, say): bodies are taken as they are, never content-encoded (RFC 9110 section 12.5.3). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
