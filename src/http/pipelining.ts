@@ -98,9 +98,12 @@ function dispatch(
 ) {
   if (pipeline !== undefined) {
     pipeline.response = response;
-    // What was read with its head; a body, when it has one, is read after.
+    // What was read with its head; a body, when it has one, is read after. (A GET or HEAD is
+    // taken to have none: one that had would look busy, never idle, to the slot policy.)
     pipeline.readWhole = pipeline.socket.bytesRead;
-    if (!request.complete) request.once('end', () => (pipeline.readWhole = pipeline.socket.bytesRead));
+    if (request.method !== 'GET' && request.method !== 'HEAD' && !request.complete) {
+      request.once('end', () => (pipeline.readWhole = pipeline.socket.bytesRead));
+    }
     if (pipeline.closeNext && !response.headersSent) response.setHeader('connection', 'close');
   }
   handler(request, response);
