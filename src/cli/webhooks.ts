@@ -496,7 +496,10 @@ async function replayCommand(deps: WebhooksDeps, args: string[]): Promise<number
   if (outcome.kind !== 'replayed') return refusal(io, id, outcome, values.since);
   io.out(String(outcome.due));
   const point = 'since' in from ? `created since ${from.since.toISOString()}` : `after ${values.since}`;
-  const waiting = outcome.waiting > 0 ? `; ${outcome.waiting} more were already waiting for it` : '';
+  const waiting =
+    outcome.waiting > 0
+      ? `; ${outcome.waiting} more ${outcome.waiting === 1 ? 'was' : 'were'} already waiting for it`
+      : '';
   io.err(
     `Made ${outcome.due} kept event${outcome.due === 1 ? '' : 's'} ${point} due again for webhook endpoint ${id}${waiting}. ` +
       "The service's relay sends them, oldest first.",
