@@ -348,7 +348,7 @@ export const settings = {
   eventRetentionMs: {
     env: 'PETSTORE_EVENT_RETENTION',
     description:
-      'How long events are kept in the feed (GET /v1/events), delivered or not; older ones are deleted in the background, a bounded batch at a time.',
+      'How long events are kept in the feed (GET /v1/events), delivered or not; older ones are deleted in the background, a bounded batch at a time. At least PETSTORE_WEBHOOK_GIVE_UP, so an event is kept while it may still be delivered.',
     format: 'whole number and a unit, s, m, h or d, from 1m to 3650d',
     default: '30d',
     parse: duration('1m', '3650d'),
@@ -454,6 +454,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (config.spanBatchSize > config.spanQueueSize) {
     throw new ConfigError(
       `OTEL_BSP_MAX_EXPORT_BATCH_SIZE must be at most OTEL_BSP_MAX_QUEUE_SIZE (${config.spanQueueSize}) (got "${config.spanBatchSize}")`,
+    );
+  }
+  // docs/events.md#retention: an event deleted before it is given up would be dropped unsent.
+  if (config.eventRetentionMs < config.webhookGiveUpMs) {
+    const [retention, giveUp] = [settings.eventRetentionMs, settings.webhookGiveUpMs];
+    throw new ConfigError(
+      `PETSTORE_EVENT_RETENTION must be at least PETSTORE_WEBHOOK_GIVE_UP (${env[giveUp.env] ?? giveUp.default}), ` +
+        `so that an event is kept while it may still be delivered (got "${env[retention.env] ?? retention.default}")`,
     );
   }
   if (config.webhookLeaseMs <= config.webhookTimeoutMs) {

@@ -29,6 +29,7 @@ export async function main(argv: string[]): Promise<number> {
       io,
       withStore: (run) => withStore(loadConfig(), io, run),
       allowHttp: () => loadConfig().webhookAllowHttp,
+      timeoutMs: () => loadConfig().webhookTimeoutMs,
     });
   let parsed;
   try {

@@ -91,7 +91,7 @@ export const Event = Type.Object(
       pattern: EVENT_ID_PATTERN,
       examples: ['evt_00000000000005e2000000000000002a'],
       description:
-        'Unique; opaque, but ordered: ids increase in the order the feed lists events, and compare as plain strings in that order.',
+        'Unique, and never given twice, even after a restore of an older backup; opaque, but ordered: ids increase in the order the feed lists events, and compare as plain strings in that order.',
     }),
     type: Type.Unsafe<EventType>({
       type: 'string',

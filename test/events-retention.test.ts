@@ -12,11 +12,36 @@ const T0 = Date.UTC(2026, 10, 22);
 
 test('PETSTORE_EVENT_RETENTION is 30 days by default, a duration when set, and refused otherwise', () => {
   assert.equal(loadConfig({}).eventRetentionMs, 30 * DAY);
-  assert.equal(loadConfig({ PETSTORE_EVENT_RETENTION: '12h' }).eventRetentionMs, 12 * 60 * 60 * 1000);
+  assert.equal(
+    loadConfig({ PETSTORE_EVENT_RETENTION: '12h', PETSTORE_WEBHOOK_GIVE_UP: '12h' }).eventRetentionMs,
+    12 * 60 * 60 * 1000,
+  );
   assert.equal(loadConfig({ PETSTORE_EVENT_RETENTION: '90d' }).eventRetentionMs, 90 * DAY);
   for (const raw of ['', '30', '0d', '30 d', '-1d', '1w', '30s', '3651d', 'off']) {
     assert.throws(() => loadConfig({ PETSTORE_EVENT_RETENTION: raw }), /^Error: PETSTORE_EVENT_RETENTION must be/, raw);
   }
+});
+
+test('a retention shorter than PETSTORE_WEBHOOK_GIVE_UP is refused, naming both settings', () => {
+  const refused = [
+    [{ PETSTORE_EVENT_RETENTION: '1h' }, '(3d)', '"1h"'],
+    [{ PETSTORE_EVENT_RETENTION: '2d', PETSTORE_WEBHOOK_GIVE_UP: '49h' }, '(49h)', '"2d"'],
+    [{ PETSTORE_WEBHOOK_GIVE_UP: '30d', PETSTORE_EVENT_RETENTION: '29d' }, '(30d)', '"29d"'],
+  ] as const;
+  for (const [env, giveUp, retention] of refused) {
+    assert.throws(
+      () => loadConfig(env),
+      (error: Error) =>
+        error.message.startsWith(`PETSTORE_EVENT_RETENTION must be at least PETSTORE_WEBHOOK_GIVE_UP ${giveUp}`) &&
+        error.message.endsWith(`(got ${retention})`),
+      JSON.stringify(env),
+    );
+  }
+  // Equal is enough: an event is kept until it is given up.
+  assert.equal(
+    loadConfig({ PETSTORE_EVENT_RETENTION: '2d', PETSTORE_WEBHOOK_GIVE_UP: '48h' }).eventRetentionMs,
+    2 * DAY,
+  );
 });
 
 for (const kind of storeKinds) {

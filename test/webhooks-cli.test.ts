@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { manualClock } from './helpers.js';
+import { manualClock, tempSqliteStore } from './helpers.js';
 import { childEnv, runCli } from './process.js';
 import { storeKinds } from './stores.js';
-import { webhooksCli } from './webhooks.js';
+import { holdingReceiver, prepareDatabase, webhooksCli } from './webhooks.js';
 
 const SECRET = /^whsec_[A-Za-z0-9+/]{43}=$/;
 
@@ -183,4 +183,37 @@ test('petstore webhooks add --json and list --json, read by a script from the in
   const help = await runCli(['webhooks', 'roll', '--help'], env);
   assert.equal(help.code, 0);
   assert.match(help.stdout, /^Usage: petstore webhooks roll <id>/);
+});
+
+test('webhooks add of an http:// URL says on one line that the service needs the same PETSTORE_WEBHOOK_ALLOW_HTTP', async (t) => {
+  const { store } = await tempSqliteStore(t);
+  const local = await webhooksCli(store, ['add', 'http://127.0.0.1:9/hook', '--json'], { allowHttp: ['127.0.0.1'] });
+  assert.equal(local.code, 0);
+  assert.deepEqual(local.err, [
+    "http:// is allowed for 127.0.0.1 by this command's PETSTORE_WEBHOOK_ALLOW_HTTP: the service sends to it only " +
+      'if its own PETSTORE_WEBHOOK_ALLOW_HTTP lists 127.0.0.1 too (else each attempt is refused and retried).',
+  ]);
+  const secure = await webhooksCli(store, ['add', 'https://shop.example/hook', '--json']);
+  assert.deepEqual([secure.code, secure.err], [0, []]);
+});
+
+test('petstore webhooks test reads PETSTORE_WEBHOOK_TIMEOUT_MS and PETSTORE_WEBHOOK_ALLOW_HTTP from its environment, and exits 1 without a 2xx', async (t) => {
+  const receiver = await holdingReceiver(t);
+  const env = childEnv(t, { PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1', PETSTORE_WEBHOOK_TIMEOUT_MS: '300' });
+  // The database readied in process: only the command under test needs one.
+  await prepareDatabase(env, receiver.url);
+  const id = 1;
+  const held = await runCli(['webhooks', 'test', String(id), '--json'], env);
+  assert.equal(held.code, 1, held.stderr);
+  assert.deepEqual(
+    (({ ok, status, error }) => ({ ok, status, error }))(JSON.parse(held.stdout) as Record<string, unknown>),
+    { ok: false, status: null, error: 'no answer within 300 ms' },
+  );
+  receiver.answer(true);
+  const answered = await runCli(['webhooks', 'test', String(id)], env);
+  assert.equal(answered.code, 0, answered.stderr);
+  assert.match(answered.stdout, /^HTTP 204 in [0-9]+ ms\n$/);
+  const refused = await runCli(['webhooks', 'test', String(id)], { ...env, PETSTORE_WEBHOOK_ALLOW_HTTP: '' });
+  assert.equal(refused.code, 1);
+  assert.match(refused.stdout, /^failed: URL refused: /);
 });

@@ -65,7 +65,10 @@ damaged, foreign or altered file is refused and the database is left as it was, 
 'PETSTORE_DB=<file> petstore backup <new file>' and restore that). A PETSTORE_DB that is a
 symbolic link is followed: the file it points to is replaced, and the link stays. Refused
 while any process has the database open (a service, a keys command): stop the service first.
-The service applies the copy's pending migrations when it starts.
+The service applies the copy's pending migrations when it starts. Ids go on: the copy gets the
+id counters of the database it replaces (pets, keys, webhook endpoints), and its event ids start
+past every event id given out before, even by a database that is gone
+(docs/operations.md#ids-after-a-restore).
 
 On PostgreSQL (DATABASE_URL) it refuses: use pg_restore (docs/operations.md#backups-and-restore).
 

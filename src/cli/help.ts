@@ -26,6 +26,11 @@ Commands:
                                  Issue a new signing secret; the old one also signs until the grace ends.
   webhooks deliveries <id> [--json]
                                  An endpoint's recent attempts (event, attempt, when, status or error).
+  webhooks test <id> [--json]    Send the endpoint a signed webhook.test event now; print its status and time.
+  webhooks resend <id> <event-id>
+                                 Send one kept event to the endpoint again (same webhook-id).
+  webhooks replay <id> --since <event-id | RFC 3339 instant>
+                                 Send every kept event after that point again, oldest first; print how many.
   migrate status [--json]        List migrations: applied (with when), pending, or unknown to this version.
   backup <file> [--force]        Write a consistent copy of the SQLite database, even while it serves.
   restore <file>                 Check a copy and put it in place of the SQLite database (service stopped).

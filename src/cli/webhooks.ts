@@ -1,30 +1,35 @@
 import { parseArgs } from 'node:util';
-import { describeSettings } from '../config.js';
+import { describeSettings, loadConfig } from '../config.js';
 import { oneLine } from '../errors.js';
+import { formatEventId, parseEventId } from '../events/ids.js';
 import { makeSecret } from '../events/signature.js';
+import { sendTestEvent, testEventId } from '../events/test-event.js';
 import { refuseWebhookUrl } from '../events/url-policy.js';
 import type { Store } from '../store/store.js';
-import type { WebhookEndpointRecord } from '../store/webhooks.js';
-import { noArguments, readGrace, runGroupCommand, UsageError, type Command } from './args.js';
+import type { ReplayFrom, ResendRefusal, WebhookEndpointRecord } from '../store/webhooks.js';
+import { noArguments, parseInstant, readGrace, runGroupCommand, UsageError, type Command } from './args.js';
 import { isoOrNull, jsonLine, printRows, type Output } from './output.js';
 
 export interface WebhooksDeps {
   io: Output;
   /** Opens and migrates the configured database, which must exist, runs `run` on it, and closes it. */
   withStore<T>(run: (store: Store) => Promise<T>): Promise<T>;
-  /** PETSTORE_WEBHOOK_ALLOW_HTTP, read when `add` checks a URL. */
+  /** PETSTORE_WEBHOOK_ALLOW_HTTP, read when `add` checks a URL and `test` sends. */
   allowHttp: () => readonly string[];
+  /** PETSTORE_WEBHOOK_TIMEOUT_MS, read when `test` sends; the setting's default when absent. */
+  timeoutMs?: () => number;
   /** The time endpoints are added and secrets rolled at. */
   now?: () => Date;
 }
 
 const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
 const exitCodes = 'Exit status: 0 done, 1 failed, 2 bad command line or setting.';
+const refusedOrDone = 'Exit status: 0 done, 1 refused (see above), 2 bad command line or setting.';
 const byId = 'Exit status: 0 done, 1 no endpoint has this id, 2 bad command line or setting.';
 
 /** Help for each webhooks command, shown by `petstore webhooks <command> --help`. */
 export const webhooksHelp: Record<string, string> = {
-  webhooks: `Usage: petstore webhooks <add|list|remove|enable|roll|deliveries> [options]
+  webhooks: `Usage: petstore webhooks <add|list|remove|enable|roll|deliveries|test|resend|replay> [options]
 
   webhooks add <url> [--description <text>] [--json]
                                        Add an endpoint; its signing secret is printed once.
@@ -35,6 +40,10 @@ export const webhooksHelp: Record<string, string> = {
                                        Issue a new signing secret; both sign during the grace.
   webhooks deliveries <id> [--json] [--limit <n>]
                                        The endpoint's recent attempts, newest first.
+  webhooks test <id> [--json]          Send the endpoint a signed test event now; print its answer.
+  webhooks resend <id> <event-id>      Send one kept event to the endpoint again.
+  webhooks replay <id> --since <event-id | instant>
+                                       Send every kept event after that point again, oldest first.
 
 Every created pet is announced as a pet.created event to each endpoint enabled when it was
 created, signed as the Standard Webhooks specification says. See petstore webhooks <command>
@@ -48,7 +57,9 @@ endpoint's secret (docs/webhooks.md). Prints the endpoint's id and its signing s
 can read it. The service stores it as it is, to sign with (the database is owner-only).
 
 <url> must be https://, unless its host is listed in PETSTORE_WEBHOOK_ALLOW_HTTP (local
-receivers); it holds no user name or password. Redirects are never followed.
+receivers); it holds no user name or password. Redirects are never followed. An http:// URL is
+checked against this command's PETSTORE_WEBHOOK_ALLOW_HTTP: the service sends to it only if its
+own setting lists the host too, and the command says so.
 
 Options:
   --description <text>  What the endpoint is for, shown by webhooks list: at most 255
@@ -94,8 +105,9 @@ ${byId}
   'webhooks enable': `Usage: petstore webhooks enable <id>
 
 Enables an endpoint that was disabled after failing every attempt for PETSTORE_WEBHOOK_GIVE_UP:
-it receives the events created from now on (those created while it was disabled are not sent;
-read them from GET /v1/events), and its retries still waiting.
+it receives the events created from now on, and its retries still waiting. Those created while
+it was disabled are not sent: send them with webhooks replay <id> --since <when it failed>, or
+read them from GET /v1/events.
 
 Settings (environment variables):
 ${storeSettings}
@@ -134,6 +146,62 @@ ${storeSettings}
 
 ${byId}
 `,
+  'webhooks test': `Usage: petstore webhooks test <id> [--json]
+
+Sends the endpoint one signed test event, now, from this command, and prints the receiver's
+HTTP status and how long the attempt took. The event has the shape of every event, type
+webhook.test and empty data: {"id":"evt_test_…","type":"webhook.test","createdAt":"…","data":{}}
+(webhook-id is its id), signed with the endpoint's secret (and the old one during a roll's
+grace). It is not in the feed, not retried and not listed by webhooks deliveries. The URL policy
+and the timeout apply as they do to the service's attempts, read from this command's
+environment. A disabled endpoint is sent the test too: try it before webhooks enable.
+
+Options:
+  --json   One JSON line: {"id","eventId","ok","status","error","durationMs"}; status is null
+           when no answer came, error null on a 2xx.
+
+Settings (environment variables):
+${storeSettings}
+${describeSettings(['webhookAllowHttp', 'webhookTimeoutMs'])}
+
+Exit status: 0 the receiver answered 2xx, 1 it did not (or no endpoint has this id), 2 bad
+command line or setting.
+`,
+  'webhooks resend': `Usage: petstore webhooks resend <id> <event-id>
+
+Sends one kept event to the endpoint again, with the same webhook-id: the delivery is made due
+now in the database, and the running service's relay sends it (any instance, on PostgreSQL),
+retried like any delivery. An event already waiting for the endpoint is made due now, not
+doubled; one being sent at this moment is left as it is. <event-id> is an event's id as the feed
+(GET /v1/events) and webhooks deliveries show it, evt_ and 32 hexadecimal digits. Refused with
+one line: no endpoint with this id, a disabled endpoint (enable it first), or an event that is
+not kept (no event had that id, or it was deleted after PETSTORE_EVENT_RETENTION).
+
+Settings (environment variables):
+${storeSettings}
+
+${refusedOrDone}
+`,
+  'webhooks replay': `Usage: petstore webhooks replay <id> --since <event-id | instant>
+
+Sends the endpoint again every kept event after a point, oldest first: every event after
+<event-id> (as GET /v1/events?after=<event-id> lists them), or every event created at or after
+an RFC 3339 instant (2026-11-27T08:00:00Z). Each is made due now in the database, a thousand per
+transaction, and the running service's relay sends them (any instance, on PostgreSQL), with the
+same webhook-ids, retried like any delivery; an event already waiting for the endpoint is not
+doubled. Prints on standard output how many events it made due. After an outage the endpoint
+was disabled for: webhooks enable <id>, then replay since the outage began. Events deleted after
+PETSTORE_EVENT_RETENTION are not kept, so not sent. Refused with one line: no endpoint with this
+id, a disabled endpoint (enable it first), or an <event-id> that is not kept.
+
+Options:
+  --since <event-id | instant>   Where the replay starts: after this event, or at this instant.
+
+Settings (environment variables):
+${storeSettings}
+
+${refusedOrDone}
+`,
 };
 
 const DESCRIPTION_LIMIT = 255;
@@ -147,9 +215,9 @@ function noSuchEndpoint(io: Output, id: number): number {
   return 1;
 }
 
-function readId(positionals: string[], command: string): number {
+function readId(positionals: string[], command: string, count = 1): number {
   const [text] = positionals;
-  if (positionals.length !== 1 || text === undefined || !/^[1-9][0-9]{0,15}$/.test(text)) {
+  if (positionals.length !== count || text === undefined || !/^[1-9][0-9]{0,15}$/.test(text)) {
     throw new UsageError(
       `webhooks ${command} needs the one numeric id shown by webhooks list`,
       webhooksHelp[`webhooks ${command}`]!,
@@ -199,6 +267,14 @@ async function addCommand(deps: WebhooksDeps, args: string[]): Promise<number> {
     io.err(
       `Added webhook endpoint ${endpoint.id} (${oneLine(endpoint.url)}): it receives every event created from now on. ` +
         'The secret is shown only this once: give it to the receiver to verify signatures.',
+    );
+  }
+  // Allowed by this command's environment, which need not be the service's (docs/webhooks.md#url-policy).
+  const { protocol, hostname } = new URL(url);
+  if (protocol === 'http:') {
+    io.err(
+      `http:// is allowed for ${hostname} by this command's PETSTORE_WEBHOOK_ALLOW_HTTP: the service sends to it only ` +
+        `if its own PETSTORE_WEBHOOK_ALLOW_HTTP lists ${hostname} too (else each attempt is refused and retried).`,
     );
   }
   return 0;
@@ -321,6 +397,116 @@ async function deliveriesCommand(deps: WebhooksDeps, args: string[]): Promise<nu
   return 0;
 }
 
+async function testCommand(deps: WebhooksDeps, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
+  const id = readId(positionals, 'test');
+  const at = deps.now?.() ?? new Date();
+  const target = await deps.withStore((store) => store.webhooks.signingTarget(id, at.getTime()));
+  const { io } = deps;
+  if (!target) return noSuchEndpoint(io, id);
+  const eventId = testEventId();
+  const timeoutMs = deps.timeoutMs?.() ?? loadConfig({}).webhookTimeoutMs;
+  const sent = await sendTestEvent(target, { id: eventId, at, allowHttp: deps.allowHttp(), timeoutMs });
+  if (values.json) {
+    const { ok, status, error, durationMs } = sent;
+    io.out(jsonLine({ id, eventId, ok, status, error, durationMs }));
+  } else {
+    io.out(`${sent.ok ? `HTTP ${sent.status}` : `failed: ${oneLine(sent.error ?? '')}`} in ${sent.durationMs} ms`);
+    io.err(
+      `Sent a webhook.test event (${eventId}) to webhook endpoint ${id}${target.disabled ? ', which is disabled' : ''}: ` +
+        (sent.ok ? 'the receiver accepted it.' : 'the receiver did not accept it.'),
+    );
+  }
+  return sent.ok ? 0 : 1;
+}
+
+/** `<event-id>`, an event's id as the feed shows it: a position; a bad one is a UsageError. */
+function readEventId(text: string | undefined, what: string, help: string) {
+  const position = text === undefined ? undefined : parseEventId(text);
+  if (!position) {
+    throw new UsageError(
+      `${what} must be an event id, evt_ and 32 hexadecimal digits, as GET /v1/events and webhooks deliveries show it` +
+        (text === undefined ? '' : ` (got "${text}")`),
+      help,
+    );
+  }
+  return position;
+}
+
+/** The line a refused resend or replay prints; its exit status is 1. */
+function refusal(io: Output, id: number, refused: ResendRefusal, event?: string): number {
+  switch (refused.kind) {
+    case 'unknown_endpoint':
+      return noSuchEndpoint(io, id);
+    case 'disabled':
+      io.err(
+        `Webhook endpoint ${id} is disabled: enable it first ('petstore webhooks enable ${id}'); nothing was sent.`,
+      );
+      return 1;
+    case 'unknown_event':
+      io.err(`No event has id ${event}; nothing was sent (GET /v1/events lists the events kept).`);
+      return 1;
+    case 'expired_event':
+      io.err(`Event ${event} is no longer kept: it was deleted after PETSTORE_EVENT_RETENTION; nothing was sent.`);
+      return 1;
+  }
+}
+
+async function resendCommand(deps: WebhooksDeps, args: string[]): Promise<number> {
+  const help = webhooksHelp['webhooks resend']!;
+  const { positionals } = parseArgs({ args, allowPositionals: true, options: {} });
+  const id = readId(positionals, 'resend', 2);
+  const position = readEventId(positionals[1], '<event-id>', help);
+  const event = formatEventId(position);
+  const now = (deps.now?.() ?? new Date()).getTime();
+  const outcome = await deps.withStore((store) => store.webhooks.resend(id, position, now));
+  const { io } = deps;
+  if (outcome.kind !== 'due') return refusal(io, id, outcome, event);
+  const done = {
+    none: `Event ${event} is due again for webhook endpoint ${id}: the service's relay sends it, with the same webhook-id.`,
+    waiting: `Event ${event} was waiting for webhook endpoint ${id} (a retry); it is due now, and the service's relay sends it.`,
+    in_flight: `Event ${event} is being sent to webhook endpoint ${id} at this moment; it was left as it is.`,
+  };
+  io.err(done[outcome.before]);
+  return 0;
+}
+
+/** `--since`: an RFC 3339 instant, or an event id; a bad one (or none) is a UsageError. */
+function readSince(text: string | undefined, help: string): ReplayFrom {
+  if (text === undefined) throw new UsageError('webhooks replay needs --since <event-id | instant>', help);
+  const instant = parseInstant(text);
+  if (instant) return { since: instant };
+  const after = parseEventId(text);
+  if (after) return { after };
+  throw new UsageError(
+    '--since must be an event id (evt_ and 32 hexadecimal digits, as GET /v1/events shows it) or an RFC 3339 ' +
+      `instant like 2026-11-27T08:00:00Z (got "${text}")`,
+    help,
+  );
+}
+
+async function replayCommand(deps: WebhooksDeps, args: string[]): Promise<number> {
+  const help = webhooksHelp['webhooks replay']!;
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { since: { type: 'string' } } });
+  const id = readId(positionals, 'replay');
+  const from = readSince(values.since, help);
+  const now = (deps.now?.() ?? new Date()).getTime();
+  const outcome = await deps.withStore((store) => store.webhooks.replay(id, from, now));
+  const { io } = deps;
+  if (outcome.kind !== 'replayed') return refusal(io, id, outcome, values.since);
+  io.out(String(outcome.due));
+  const point = 'since' in from ? `created since ${from.since.toISOString()}` : `after ${values.since}`;
+  const waiting =
+    outcome.waiting > 0
+      ? `; ${outcome.waiting} more ${outcome.waiting === 1 ? 'was' : 'were'} already waiting for it`
+      : '';
+  io.err(
+    `Made ${outcome.due} kept event${outcome.due === 1 ? '' : 's'} ${point} due again for webhook endpoint ${id}${waiting}. ` +
+      "The service's relay sends them, oldest first.",
+  );
+  return 0;
+}
+
 const commands: Record<string, Command<WebhooksDeps>> = {
   add: addCommand,
   list: listCommand,
@@ -328,6 +514,9 @@ const commands: Record<string, Command<WebhooksDeps>> = {
   enable: enableCommand,
   roll: rollCommand,
   deliveries: deliveriesCommand,
+  test: testCommand,
+  resend: resendCommand,
+  replay: replayCommand,
 };
 
 /**

@@ -24,3 +24,24 @@ export function parseEventId(text: string): EventPosition | undefined {
   // Sequence numbers are int64 (a store's query could not take a larger one).
   return position.seq <= INT64_MAX ? position : undefined;
 }
+
+/**
+ * How many ids a millisecond holds in a clock floor: more events (on PostgreSQL, transactions)
+ * than a database makes in a millisecond, so a counter that started at one floor stays below
+ * the floor of any later millisecond.
+ */
+export const IDS_PER_MS = 1n << 20n;
+
+/**
+ * The least value a position's counter (SQLite's sequence number, PostgreSQL's event clock)
+ * takes after it is moved to the time `ms` (Unix milliseconds): the millisecond after it, times
+ * IDS_PER_MS. A database restored from an older copy moves its counter there, so its new ids
+ * follow every id the database it replaces gave out, even when that one is gone: those came
+ * from a floor of an earlier millisecond and at most IDS_PER_MS more per millisecond since
+ * (docs/events.md#ids). Within int64 until the year 2248.
+ *
+ * @example clockFloorAt(Date.UTC(2026, 10, 22)) // 1882514364826648576n
+ */
+export function clockFloorAt(ms: number): bigint {
+  return (BigInt(Math.floor(ms)) + 1n) * IDS_PER_MS;
+}

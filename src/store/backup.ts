@@ -19,6 +19,7 @@ import {
 } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
+import { clockFloorAt } from '../events/ids.js';
 import { readMigrations, unknownMigrations, type AppliedMigration } from './migrations.js';
 import { appliedSqliteMigrations, openSqliteStore } from './sqlite.js';
 
@@ -503,12 +504,51 @@ function lockUnused(path: string, shown: string): Database.Database {
   }
 }
 
+/** The id counters of an open database (its AUTOINCREMENT tables' sqlite_sequence rows); none when it has none. */
+function readCounters(db: Database.Database): Map<string, bigint> {
+  const table = db.prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'sqlite_sequence'").get();
+  if (!table) return new Map();
+  const rows = db
+    .prepare<[], { name: string; seq: number | bigint }>('SELECT name, seq FROM sqlite_sequence')
+    .safeIntegers(true)
+    .all();
+  return new Map(rows.map((row) => [row.name, BigInt(row.seq)]));
+}
+
+/**
+ * Moves the id counters of the copy at `path` forward (docs/operations.md#ids-after-a-restore),
+ * so the restored database gives out no id that the one it replaces gave out: each counter to
+ * at least that database's (`replaced`, when there is one: pets, keys, webhook endpoints), and
+ * the events' to the clock floor of `now` (ids.ts, clockFloorAt), above every event id given out
+ * before, by any database, even one that is gone. A counter for a table the copy's migrations
+ * have not made yet is kept for the migration that makes it.
+ */
+function carryCountersForward(path: string, replaced: Database.Database | undefined, now: number) {
+  const counters = replaced ? readCounters(replaced) : new Map<string, bigint>();
+  const floor = clockFloorAt(now) - 1n;
+  if ((counters.get('events') ?? 0n) < floor) counters.set('events', floor);
+  const db = new Database(path, { fileMustExist: true });
+  try {
+    const raise = db.prepare('UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?');
+    const insert = db.prepare('INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)');
+    db.transaction(() => {
+      for (const [name, seq] of counters) {
+        if (raise.run(seq, name).changes === 0) insert.run(name, seq);
+      }
+    })();
+  } finally {
+    db.close();
+  }
+}
+
 /**
  * Puts the copy at `source` in place of the SQLite database at `target`, atomically
  * (docs/operations.md#backups-and-restore): the copy is taken in a private folder beside the
  * database file and checked there (integrity, petstore migrations this version knows, and the
- * schema those migrations make, nothing more), synced, and renamed over the file while this
- * process holds the database's exclusive lock, so a database in use is refused. A `target` that
+ * schema those migrations make, nothing more), its id counters carried forward past those of
+ * the database it replaces and, for events, past the time `now` (carryCountersForward), synced,
+ * and renamed over the file while this process holds the database's exclusive lock, so a
+ * database in use is refused. A `target` that
  * is a symbolic link is followed: the file it points to is replaced and the link stays. A
  * refused copy leaves the database as it was. Resolves to what the copy holds and the file
  * replaced.
@@ -517,6 +557,7 @@ export async function restoreSqlite(
   source: string,
   target: string,
   shownTarget = resolve(target),
+  { now = Date.now() }: { now?: number } = {},
 ): Promise<CheckedCopy & { path: string }> {
   const from = resolve(source);
   if (!existsSync(from) || !statSync(from).isFile()) throw new OperationRefused(`${from} does not exist.`);
@@ -533,10 +574,11 @@ export async function restoreSqlite(
     refuseUnfolded(from);
     refuseStrangers(copy, 'restore');
     const checked = await checkCopy(copy.path, copy.folder, from);
-    fsyncSync(copy.fd);
-    refuseStrangers(copy, 'restore');
     const lock = current ? lockUnused(to, shownTarget) : undefined;
     try {
+      carryCountersForward(copy.path, lock, now);
+      fsyncSync(copy.fd);
+      refuseStrangers(copy, 'restore');
       // Left by a process that crashed; the lock above shows no process uses them.
       for (const suffix of COMPANIONS) rmSync(to + suffix, { force: true });
       renameSync(copy.path, to);

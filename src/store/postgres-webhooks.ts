@@ -10,7 +10,22 @@ import {
   type EndpointRow,
 } from './sqlite-webhooks.js';
 import type { EventPosition } from './store.js';
-import type { AttemptOutcome, ClaimQuery, NewWebhookEndpoint, WebhookStore } from './webhooks.js';
+import { INT64_MAX } from '../schemas.js';
+import {
+  laterOf,
+  REPLAY_BATCH,
+  replayInBatches,
+  type AttemptOutcome,
+  type ClaimQuery,
+  type NewWebhookEndpoint,
+  type ReplayFrom,
+  type ReplayOutcome,
+  type ResendOutcome,
+  type ResendRefusal,
+  type SigningTarget,
+  type WebhookStore,
+  type WebhookTools,
+} from './webhooks.js';
 
 export type Run = <R extends pg.QueryResultRow>(
   text: string,
@@ -143,6 +158,7 @@ export function postgresWebhooks(
 ): WebhookStore {
   const get = async (id: number | bigint) => (await run<EndpointRow>(statements.get, [id])).rows[0];
   return {
+    ...postgresWebhookTools(run, inTransaction),
     async addEndpoint({ url, description, secret, createdAt }: NewWebhookEndpoint) {
       const { rows } = await run<{ id: bigint }>(statements.insert, [url, description, secret, createdAt]);
       return toEndpoint((await get(rows[0]!.id))!);
@@ -283,4 +299,145 @@ export function postgresWebhooks(
       return { waiting: Number(row.waiting ?? 0), oldestWaitingAt: row.oldest, disabled: Number(row.disabled) };
     },
   };
+}
+
+// The operators' tools' statements (docs/webhooks.md#sending-again). Positions go as text: a
+// bigint parameter is sent as its decimal digits either way.
+const tools = {
+  target: 'SELECT url, secret, previous_secret, previous_until, disabled_at FROM webhook_endpoints WHERE id = $1',
+  // FOR UPDATE: a resend waits for a relay writing the endpoint's outcomes, and then sees them.
+  lockEndpoint:
+    'SELECT cursor_tx::text AS cursor_tx, cursor_seq, disabled_at FROM webhook_endpoints WHERE id = $1 FOR UPDATE',
+  endpoint: 'SELECT cursor_tx::text AS cursor_tx, cursor_seq, disabled_at FROM webhook_endpoints WHERE id = $1',
+  // Kept, or deleted (before the oldest kept: retention deletes oldest first), or never written.
+  event:
+    'SELECT EXISTS (SELECT 1 FROM events WHERE tx = $1::bigint AND seq = $2::bigint) AS kept, ' +
+    'coalesce(($1::bigint, $2::bigint) < (SELECT tx, seq FROM events ORDER BY tx, seq LIMIT 1), false) AS deleted',
+  delivery:
+    'SELECT lease_until FROM webhook_deliveries WHERE endpoint_id = $1 AND tx = $2::bigint AND seq = $3::bigint FOR UPDATE',
+  insertDelivery:
+    'INSERT INTO webhook_deliveries (endpoint_id, tx, seq, attempts, next_at) VALUES ($1, $2::bigint, $3::bigint, 0, $4)',
+  dueNow: 'UPDATE webhook_deliveries SET next_at = $4 WHERE endpoint_id = $1 AND tx = $2::bigint AND seq = $3::bigint',
+  // A replay's batch: the next REPLAY_BATCH events after ($2, $3) up to the endpoint's cursor ($4,
+  // $5), created at or after $6 (any time when null), made due at $8 in one statement; not for an
+  // endpoint disabled or removed meanwhile.
+  replayBatch:
+    'WITH ev AS (SELECT tx, seq FROM events WHERE (tx, seq) > ($2::bigint, $3::bigint) ' +
+    'AND (tx, seq) <= ($4::bigint, $5::bigint) AND ($6::timestamptz IS NULL OR created_at >= $6) ' +
+    'ORDER BY tx, seq LIMIT $7), ' +
+    'ins AS (INSERT INTO webhook_deliveries (endpoint_id, tx, seq, attempts, next_at) ' +
+    'SELECT w.id, ev.tx, ev.seq, 0, $8 FROM ev, webhook_endpoints w WHERE w.id = $1 AND w.disabled_at IS NULL ' +
+    'ON CONFLICT DO NOTHING RETURNING 1), ' +
+    'last AS (SELECT tx, seq FROM ev ORDER BY tx DESC, seq DESC LIMIT 1) ' +
+    'SELECT (SELECT count(*) FROM ev) AS events, (SELECT count(*) FROM ins) AS due, ' +
+    '(SELECT tx::text FROM last) AS last_tx, (SELECT seq FROM last) AS last_seq',
+  later:
+    'SELECT count(*) AS n FROM events WHERE (tx, seq) > ($1::bigint, $2::bigint) ' +
+    'AND ($3::timestamptz IS NULL OR created_at >= $3)',
+} as const;
+
+type EndpointCursorRow = { cursor_tx: string; cursor_seq: bigint; disabled_at: bigint | null };
+
+/** The endpoint's cursor, or why nothing may be sent to it again (none has this id, or it is disabled). */
+function cursorOf(row: EndpointCursorRow | undefined): { cursor: EventPosition } | ResendRefusal {
+  if (!row) return { kind: 'unknown_endpoint' };
+  if (row.disabled_at !== null) return { kind: 'disabled' };
+  return { cursor: { tx: BigInt(row.cursor_tx), seq: row.cursor_seq } };
+}
+
+/** Undefined when the event at `position` is kept; else whether it was deleted or never was. */
+async function missingEvent(run: Run, position: EventPosition, client?: pg.PoolClient) {
+  // Past int64: no event ever had it.
+  if (position.tx > INT64_MAX) return { kind: 'unknown_event' } as const;
+  const { rows } = await run<{ kept: boolean; deleted: boolean }>(
+    tools.event,
+    [String(position.tx), String(position.seq)],
+    client,
+  );
+  if (rows[0]!.kept) return undefined;
+  return { kind: rows[0]!.deleted ? 'expired_event' : 'unknown_event' } as const;
+}
+
+/**
+ * `webhooks test`, `resend` and `replay` on PostgreSQL (docs/webhooks.md#sending-again): a
+ * command runs them, on any instance's database; the instances' relays send what they made due.
+ */
+export function postgresWebhookTools(
+  run: Run,
+  inTransaction: <T>(work: (client: pg.PoolClient) => Promise<T>) => Promise<T>,
+): WebhookTools {
+  return {
+    signingTarget: (id, now) => postgresSigningTarget(run, id, now),
+    resend: (endpointId, position, now) =>
+      inTransaction((client) => postgresResend(run, client, endpointId, position, now)),
+    replay: (endpointId, from, now) => postgresReplay(run, endpointId, from, now),
+  };
+}
+
+async function postgresSigningTarget(run: Run, id: number, now: number): Promise<SigningTarget | undefined> {
+  const { rows } = await run<{
+    url: string;
+    secret: string;
+    previous_secret: string | null;
+    previous_until: bigint | null;
+    disabled_at: bigint | null;
+  }>(tools.target, [id]);
+  const row = rows[0];
+  if (!row) return undefined;
+  const secrets = secretsAt(now, row.secret, row.previous_secret, row.previous_until);
+  return { url: row.url, secrets, disabled: row.disabled_at !== null };
+}
+
+async function postgresResend(
+  run: Run,
+  client: pg.PoolClient,
+  endpointId: number,
+  position: EventPosition,
+  now: number,
+): Promise<ResendOutcome> {
+  const endpoint = cursorOf((await run<EndpointCursorRow>(tools.lockEndpoint, [endpointId], client)).rows[0]);
+  if ('kind' in endpoint) return endpoint;
+  const missing = await missingEvent(run, position, client);
+  if (missing) return missing;
+  const key = [endpointId, String(position.tx), String(position.seq)];
+  const { rows } = await run<{ lease_until: bigint | null }>(tools.delivery, key, client);
+  if (!rows[0]) {
+    await run(tools.insertDelivery, [...key, now], client);
+    return { kind: 'due', before: 'none' };
+  }
+  if (rows[0].lease_until !== null && Number(rows[0].lease_until) > now) return { kind: 'due', before: 'in_flight' };
+  await run(tools.dueNow, [...key, now], client);
+  return { kind: 'due', before: 'waiting' };
+}
+
+async function postgresReplay(run: Run, endpointId: number, from: ReplayFrom, now: number): Promise<ReplayOutcome> {
+  const endpoint = cursorOf((await run<EndpointCursorRow>(tools.endpoint, [endpointId])).rows[0]);
+  if ('kind' in endpoint) return endpoint;
+  const missing = 'after' in from ? await missingEvent(run, from.after) : undefined;
+  if (missing) return missing;
+  const start = 'after' in from ? from.after : { tx: 0n, seq: 0n };
+  const since = 'since' in from ? from.since : null;
+  const { cursor } = endpoint;
+  const { events, due } = await replayInBatches(start, async (after) => {
+    const { rows } = await run<{ events: bigint; due: bigint; last_tx: string | null; last_seq: bigint | null }>(
+      tools.replayBatch,
+      [
+        endpointId,
+        String(after.tx),
+        String(after.seq),
+        String(cursor.tx),
+        String(cursor.seq),
+        since,
+        REPLAY_BATCH,
+        now,
+      ],
+    );
+    const row = rows[0]!;
+    const last = row.last_tx === null ? undefined : { tx: BigInt(row.last_tx), seq: row.last_seq! };
+    return { events: Number(row.events), due: Number(row.due), last };
+  });
+  // Those after the cursor: the relay hands them out as it does every new event.
+  const beyond = laterOf(start, cursor);
+  const { rows } = await run<{ n: bigint }>(tools.later, [String(beyond.tx), String(beyond.seq), since]);
+  return { kind: 'replayed', due, waiting: events - due + Number(rows[0]!.n) };
 }

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
 import { groupCalls } from './batches.js';
-import { EVENT_TX, HORIZON } from './postgres-event-clock.js';
+import { ADVANCE_EVENT_CLOCK, EVENT_TX, HORIZON } from './postgres-event-clock.js';
 import { postgresWebhooks } from './postgres-webhooks.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import { INT64_MAX, type PetStatus } from '../schemas.js';
@@ -94,16 +94,6 @@ const withEvents = (insertPets: string) =>
   `e AS (INSERT INTO events (tx, type, created_at, data) ` +
   `SELECT ${EVENT_TX}, 'pet.created', $4::timestamptz, ${PET_JSON} FROM p ORDER BY p.id) ` +
   `SELECT ${PET_COLUMNS} FROM p`;
-
-/**
- * After a restore into a server whose transaction ids are lower than the events' (migration 006):
- * raises the offset so the next event sorts after every stored one. Never true otherwise: every
- * committed event's tx is below the statement snapshot's xmax plus the offset.
- */
-const REBASE_EVENT_CLOCK =
-  'UPDATE event_clock SET tx_offset = e.top + 1 - pg_snapshot_xmax(pg_current_snapshot())::text::bigint ' +
-  'FROM (SELECT max(tx) AS top FROM events) AS e ' +
-  'WHERE e.top >= pg_snapshot_xmax(pg_current_snapshot())::text::bigint + tx_offset';
 
 const statements = {
   insertPet: withEvents('INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3)'),
@@ -526,7 +516,7 @@ export function openPostgresStore(
             names.push(migration.name);
             onApplied?.(migration.name, performance.now() - started);
           }
-          await client.query(REBASE_EVENT_CLOCK);
+          for (const statement of ADVANCE_EVENT_CLOCK) await client.query(statement);
           await client.query('COMMIT');
         } catch (error) {
           // On a lost or timed-out connection, closing it is the rollback.

@@ -1,13 +1,22 @@
 import type Database from 'better-sqlite3';
 import { toEvent, type EventRow } from './rows.js';
 import type { EventPosition } from './store.js';
-import type {
-  AttemptOutcome,
-  ClaimQuery,
-  NewWebhookEndpoint,
-  WebhookAttemptRecord,
-  WebhookEndpointRecord,
-  WebhookStore,
+import {
+  laterOf,
+  REPLAY_BATCH,
+  replayInBatches,
+  type AttemptOutcome,
+  type ClaimQuery,
+  type NewWebhookEndpoint,
+  type ReplayFrom,
+  type ReplayOutcome,
+  type ResendOutcome,
+  type ResendRefusal,
+  type SigningTarget,
+  type WebhookAttemptRecord,
+  type WebhookEndpointRecord,
+  type WebhookStore,
+  type WebhookTools,
 } from './webhooks.js';
 
 type Int = bigint | number | null;
@@ -250,6 +259,7 @@ export function sqliteWebhooks(
     });
 
   return {
+    ...sqliteWebhookTools(db, write, whileBusy),
     async addEndpoint({ url, description, secret, createdAt }: NewWebhookEndpoint) {
       return write(() => {
         const { lastInsertRowid } = s().insert.run(url, description, secret, createdAt);
@@ -341,4 +351,150 @@ export function sqliteWebhooks(
       });
     },
   };
+}
+
+/** Runs `work` in a write transaction of its own, retried while another process holds the lock. */
+type Write = <T>(work: () => T) => T | Promise<T>;
+
+type Int64 = bigint | number;
+
+/**
+ * `webhooks test`, `resend` and `replay` on SQLite (docs/webhooks.md#sending-again): statements
+ * a command prepares when it runs, in transactions of their own, beside the serving process,
+ * whose relay then sends what they made due.
+ */
+export function sqliteWebhookTools(
+  db: Database.Database,
+  write: Write,
+  whileBusy: <T>(work: () => T) => T | Promise<T>,
+): WebhookTools {
+  return {
+    signingTarget: async (id, now) => whileBusy(() => sqliteSigningTarget(db, id, now)),
+    resend: async (endpointId, position, now) => write(() => sqliteResend(db, endpointId, position, now)),
+    replay: (endpointId, from, now) => sqliteReplay(db, write, whileBusy, endpointId, from, now),
+  };
+}
+
+function sqliteSigningTarget(db: Database.Database, id: number, now: number): SigningTarget | undefined {
+  const row = db
+    .prepare<
+      [number],
+      { url: string; secret: string; previous_secret: string | null; previous_until: Int; disabled_at: Int }
+    >('SELECT url, secret, previous_secret, previous_until, disabled_at FROM webhook_endpoints WHERE id = ?')
+    .get(id);
+  if (!row) return undefined;
+  const secrets = secretsAt(now, row.secret, row.previous_secret, row.previous_until);
+  return { url: row.url, secrets, disabled: row.disabled_at !== null };
+}
+
+/** The endpoint's cursor, or why nothing may be sent to it again (none has this id, or it is disabled). */
+function sqliteEndpointCursor(db: Database.Database, id: number): { cursor: bigint } | ResendRefusal {
+  const row = db
+    .prepare<[number], { cursor_seq: Int64; disabled_at: Int }>(
+      'SELECT cursor_seq, disabled_at FROM webhook_endpoints WHERE id = ?',
+    )
+    .get(id);
+  if (!row) return { kind: 'unknown_endpoint' };
+  return row.disabled_at === null ? { cursor: BigInt(row.cursor_seq) } : { kind: 'disabled' };
+}
+
+/**
+ * Undefined when the event at `position` is kept; else whether it was deleted (before the
+ * oldest kept, and given out here: retention) or never was.
+ */
+function sqliteMissingEvent(db: Database.Database, { tx, seq }: EventPosition): ResendRefusal | undefined {
+  // Writers take turns: every event here has tx 0.
+  if (tx !== 0n) return { kind: 'unknown_event' };
+  if (db.prepare('SELECT 1 FROM events WHERE seq = ?').get(seq)) return undefined;
+  const { oldest, last } = db
+    .prepare<[], { oldest: Int; last: Int64 }>(`SELECT min(seq) AS oldest, ${LAST_SEQ} AS last FROM events`)
+    .get()!;
+  const deleted = seq <= BigInt(last) && (oldest === null || seq < BigInt(oldest));
+  return { kind: deleted ? 'expired_event' : 'unknown_event' };
+}
+
+function sqliteResend(db: Database.Database, endpointId: number, position: EventPosition, now: number): ResendOutcome {
+  const endpoint = sqliteEndpointCursor(db, endpointId);
+  if ('kind' in endpoint) return endpoint;
+  const missing = sqliteMissingEvent(db, position);
+  if (missing) return missing;
+  const waiting = db
+    .prepare<[number, bigint], { lease_until: Int }>(
+      'SELECT lease_until FROM webhook_deliveries WHERE endpoint_id = ? AND seq = ?',
+    )
+    .get(endpointId, position.seq);
+  if (!waiting) {
+    db.prepare('INSERT INTO webhook_deliveries (endpoint_id, seq, attempts, next_at) VALUES (?, ?, 0, ?)').run(
+      endpointId,
+      position.seq,
+      now,
+    );
+    return { kind: 'due', before: 'none' };
+  }
+  if (waiting.lease_until !== null && Number(waiting.lease_until) > now) return { kind: 'due', before: 'in_flight' };
+  db.prepare('UPDATE webhook_deliveries SET next_at = ? WHERE endpoint_id = ? AND seq = ?').run(
+    now,
+    endpointId,
+    position.seq,
+  );
+  return { kind: 'due', before: 'waiting' };
+}
+
+// A replay's batch: the next REPLAY_BATCH events after @after up to the endpoint's cursor, created
+// at or after @since (ISO 8601 text in UTC sorts as time does; '' for any time).
+const REPLAY_EVENTS =
+  'SELECT seq FROM events WHERE seq > @after AND seq <= @cursor AND created_at >= @since ORDER BY seq LIMIT @limit';
+
+interface ReplayBinding {
+  after: bigint;
+  cursor: bigint;
+  since: string;
+  limit: number;
+}
+
+async function sqliteReplay(
+  db: Database.Database,
+  write: Write,
+  whileBusy: <T>(work: () => T) => T | Promise<T>,
+  endpointId: number,
+  from: ReplayFrom,
+  now: number,
+): Promise<ReplayOutcome> {
+  const begun = await write(() => {
+    const endpoint = sqliteEndpointCursor(db, endpointId);
+    if ('kind' in endpoint || !('after' in from)) return endpoint;
+    return sqliteMissingEvent(db, from.after) ?? endpoint;
+  });
+  if ('kind' in begun) return begun;
+  const start = 'after' in from ? from.after : { tx: 0n, seq: 0n };
+  const since = 'since' in from ? from.since.toISOString() : '';
+  // The rows go in the feed's order, so the relay sends them oldest first (rowid order: see due).
+  // Not for an endpoint disabled or removed meanwhile.
+  const insert = db.prepare<[ReplayBinding & { endpoint: number; now: number }]>(
+    'INSERT OR IGNORE INTO webhook_deliveries (endpoint_id, seq, attempts, next_at) ' +
+      `SELECT w.id, e.seq, 0, @now FROM (${REPLAY_EVENTS}) e, webhook_endpoints w ` +
+      'WHERE w.id = @endpoint AND w.disabled_at IS NULL ORDER BY e.seq',
+  );
+  const batchOf = db.prepare<[ReplayBinding], { events: Int64; last: Int }>(
+    `SELECT count(*) AS events, max(seq) AS last FROM (${REPLAY_EVENTS})`,
+  );
+  const { events, due } = await replayInBatches(start, async (after) =>
+    write(() => {
+      const binding = { after: after.seq, cursor: begun.cursor, since, limit: REPLAY_BATCH };
+      const batch = batchOf.get(binding)!;
+      return {
+        events: Number(batch.events),
+        due: insert.run({ ...binding, endpoint: endpointId, now }).changes,
+        last: batch.last === null ? undefined : { tx: 0n, seq: BigInt(batch.last) },
+      };
+    }),
+  );
+  // Those after the cursor: the relay hands them out as it does every new event.
+  const later = await whileBusy(() =>
+    db
+      .prepare<[bigint, string], Int64>('SELECT count(*) FROM events WHERE seq > ? AND created_at >= ?')
+      .pluck()
+      .get(laterOf(start, { tx: 0n, seq: begun.cursor }).seq, since)!,
+  );
+  return { kind: 'replayed', due, waiting: events - due + Number(later) };
 }

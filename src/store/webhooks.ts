@@ -87,7 +87,7 @@ export interface WebhookStats {
 }
 
 /** Webhook endpoints and the state of their deliveries, kept by both stores (docs/webhooks.md). */
-export interface WebhookStore {
+export interface WebhookStore extends WebhookTools {
   /** Adds an endpoint that receives every event created from now on. */
   addEndpoint(endpoint: NewWebhookEndpoint): Promise<WebhookEndpointRecord>;
   listEndpoints(): Promise<WebhookEndpointRecord[]>;
@@ -126,3 +126,89 @@ export interface WebhookStore {
   release(endpointId: number, position: EventPosition, owner: string): Promise<void>;
   stats(): Promise<WebhookStats>;
 }
+
+/** The endpoint as `webhooks test` sends to it: never shown, only signed with. */
+export interface SigningTarget {
+  url: string;
+  /** The secrets to sign with now: the current one, then the one a roll replaced while its grace lasts. */
+  secrets: string[];
+  disabled: boolean;
+}
+
+/** Why a resend or replay sends nothing. */
+export type ResendRefusal =
+  | { kind: 'unknown_endpoint' }
+  | { kind: 'disabled' }
+  /** No kept event has this id, and none older than the oldest kept had it. */
+  | { kind: 'unknown_event' }
+  /** The event was deleted after PETSTORE_EVENT_RETENTION (or no event is kept since). */
+  | { kind: 'expired_event' };
+
+/**
+ * A resend made due: the event had no delivery waiting for the endpoint (`none`: one is made),
+ * one waiting for a retry (`waiting`: due now), or one being attempted (`in_flight`: left so).
+ */
+export type ResendOutcome = { kind: 'due'; before: 'none' | 'waiting' | 'in_flight' } | ResendRefusal;
+
+/** Where a replay starts: after an event (as the feed's `after`), or at an instant (created then or later). */
+export type ReplayFrom = { after: EventPosition } | { since: Date };
+
+export type ReplayOutcome =
+  | {
+      kind: 'replayed';
+      /** Events made due for the endpoint. */
+      due: number;
+      /** Events after that point already waiting for it (a delivery waiting, or not yet handed out). */
+      waiting: number;
+    }
+  | ResendRefusal;
+
+/**
+ * The operators' tools (docs/webhooks.md#sending-again), kept by both stores beside the relay's
+ * calls: they put deliveries in the store, and the relay of the running service sends them.
+ */
+export interface WebhookTools {
+  /** The URL and secrets `webhooks test` signs a test event with, at `now`; undefined: no such endpoint. */
+  signingTarget(id: number, now: number): Promise<SigningTarget | undefined>;
+  /** Makes the kept event at `position` due for the endpoint at `now`: sent again, with the same webhook-id. */
+  resend(endpointId: number, position: EventPosition, now: number): Promise<ResendOutcome>;
+  /**
+   * Makes every kept event after `from` due for the endpoint at `now`, oldest first, those the
+   * endpoint has been handed (the events after its cursor are handed out anyway), without a
+   * second delivery of one already waiting; REPLAY_BATCH events per transaction.
+   */
+  replay(endpointId: number, from: ReplayFrom, now: number): Promise<ReplayOutcome>;
+}
+
+/** Events a replay makes due per transaction: the API's writes go on between two. */
+export const REPLAY_BATCH = 1000;
+
+/** One batch of a replay: the events in it, how many were made due, and the last one's position. */
+export interface ReplayBatch {
+  events: number;
+  due: number;
+  last: EventPosition | undefined;
+}
+
+/**
+ * Runs a replay's batches from `start`, each after the last event of the one before, until one
+ * is not full; resolves to the events they held and how many were made due.
+ */
+export async function replayInBatches(
+  start: EventPosition,
+  batch: (after: EventPosition) => Promise<ReplayBatch>,
+): Promise<{ events: number; due: number }> {
+  let events = 0;
+  let due = 0;
+  for (let after: EventPosition | undefined = start; after;) {
+    const done = await batch(after);
+    events += done.events;
+    due += done.due;
+    after = done.events < REPLAY_BATCH ? undefined : done.last;
+  }
+  return { events, due };
+}
+
+/** The later of two positions, in the feed's order. */
+export const laterOf = (a: EventPosition, b: EventPosition): EventPosition =>
+  a.tx > b.tx || (a.tx === b.tx && a.seq > b.seq) ? a : b;

@@ -114,7 +114,7 @@ export interface components {
         /** @description Something that happened in the catalogue, written in the same transaction as the change it announces. */
         Event: {
             /**
-             * @description Unique; opaque, but ordered: ids increase in the order the feed lists events, and compare as plain strings in that order.
+             * @description Unique, and never given twice, even after a restore of an older backup; opaque, but ordered: ids increase in the order the feed lists events, and compare as plain strings in that order.
              * @example evt_00000000000005e2000000000000002a
              */
             id: string;
