@@ -7,7 +7,12 @@ export async function openStore(config: Config): Promise<Store> {
   if (config.databaseUrl) {
     // Loaded only when used: the PostgreSQL client's modules are memory a SQLite process never needs.
     const { openPostgresStore } = await import('./postgres.js');
-    return openPostgresStore(config.databaseUrl, { poolSize: config.pgPoolSize, timeoutMs: config.dbTimeoutMs });
+    return openPostgresStore(config.databaseUrl, {
+      poolSize: config.pgPoolSize,
+      timeoutMs: config.dbTimeoutMs,
+      readUrls: config.databaseReadUrls,
+      replicaMaxLagMs: config.replicaMaxLagMs,
+    });
   }
   return openSqliteStore(config.sqlitePath, { busyTimeoutMs: config.dbTimeoutMs });
 }

@@ -85,6 +85,13 @@ export function parseLsn(text: string | null | undefined): bigint | undefined {
   return match ? (BigInt(`0x${match[1]}`) << 32n) | BigInt(`0x${match[2]}`) : undefined;
 }
 
+/**
+ * `page` with its position: not enumerable, so the page is still a plain array of animals to
+ * everything that reads, compares or serializes it.
+ */
+const readAtOn = (page: PetPage, readAt: bigint | undefined): PetPage =>
+  readAt === undefined ? page : Object.defineProperty(page, 'readAt', { value: readAt });
+
 /** What makes two page queries one page: status, cursor (none is 0) and limit. */
 export const pageKey = (q: ListQuery) => `${q.status ?? ''} ${q.afterId ?? 0n} ${q.limit}`;
 
@@ -124,7 +131,7 @@ export function postgresReads(connection: PostgresConnection, position?: PagePos
       const readAt = parseLsn(rows[0]?.lsn);
       const found = queries.map((): PetPage => []);
       for (const row of rows) found[Number(row.n) - 1]!.push(toPet(row));
-      if (readAt !== undefined) for (const page of found) page.readAt = readAt;
+      for (const page of found) readAtOn(page, readAt);
       return found.map((value) => ({ status: 'fulfilled', value }) as const);
     }, pageKey);
   const listAllPages = groupPages(pages.listAllPages, (queries) => [
@@ -142,9 +149,7 @@ export function postgresReads(connection: PostgresConnection, position?: PagePos
 
     async listPets(list) {
       const page = await (list.status ? listPagesByStatus : listAllPages).call(list);
-      const copy: PetPage = page.slice();
-      if (page.readAt !== undefined) copy.readAt = page.readAt;
-      return copy;
+      return readAtOn(page.slice(), page.readAt);
     },
 
     async listEvents({ after, limit }) {

@@ -11,6 +11,8 @@ import {
   type PostgresConnection,
 } from './postgres-connection.js';
 import { postgresReads, type PostgresReads } from './postgres-reads.js';
+import { openReplicas } from './postgres-replicas.js';
+import { routeReads } from './postgres-routing.js';
 import { postgresWebhooks } from './postgres-webhooks.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
 import type { PetStatus } from '../schemas.js';
@@ -46,12 +48,16 @@ export { withJitOff } from './postgres-connection.js';
 export { pageKey } from './postgres-reads.js';
 
 export interface PostgresOptions {
-  /** Most connections this store opens at once. */
+  /** Most connections this store opens at once, to the primary and to each replica. */
   poolSize?: number;
   /** Longest wait for a connection, and for any one statement, before StoreUnavailableError. */
   timeoutMs?: number;
   /** What the age of the animals' counts counts by. */
   clock?: Clock;
+  /** Streaming replicas of `url` to read from (DATABASE_READ_URLS; docs/operations.md#read-replicas). */
+  readUrls?: readonly string[];
+  /** How far behind the primary a replica may be and still be read from (PETSTORE_REPLICA_MAX_LAG_MS). */
+  replicaMaxLagMs?: number;
 }
 
 // Migrations may build indexes on big tables: longer than a request may wait, still bounded.
@@ -479,7 +485,9 @@ function primaryStore(db: PostgresConnection, reads: PostgresReads, clock: Clock
 
 /**
  * A Store on PostgreSQL at `url` (`postgres://user@host:5432/db`), shared by any number of
- * service instances. Connections open lazily: opening never fails, the first query might.
+ * service instances. Connections open lazily: opening never fails, the first query might. With
+ * `readUrls`, the animals and the feed are read from those streaming replicas of it while they
+ * keep up (postgres-replicas.ts measures them, postgres-routing.ts sends each read).
  *
  * @example
  * const store = openPostgresStore('postgres://petstore@db:5432/petstore', { poolSize: 10 });
@@ -487,10 +495,12 @@ function primaryStore(db: PostgresConnection, reads: PostgresReads, clock: Clock
  */
 export function openPostgresStore(
   url: string,
-  { poolSize = 10, timeoutMs = 5000, clock = systemClock }: PostgresOptions = {},
+  { poolSize = 10, timeoutMs = 5000, clock = systemClock, readUrls = [], replicaMaxLagMs = 1000 }: PostgresOptions = {},
 ): Store {
   const primary = connectPostgres(url, { poolSize, timeoutMs });
-  return primaryStore(primary, postgresReads(primary), clock);
+  if (readUrls.length === 0) return primaryStore(primary, postgresReads(primary), clock);
+  const replicas = openReplicas(url, readUrls, { poolSize, timeoutMs, maxLagMs: replicaMaxLagMs });
+  return routeReads(primaryStore(primary, postgresReads(primary, 'primary'), clock), replicas, timeoutMs);
 }
 
 /**

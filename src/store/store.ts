@@ -26,9 +26,9 @@ export interface ListQuery {
 }
 
 /**
- * A page of animals, ascending id. `readAt`: the PostgreSQL WAL position the page was read at,
- * when read replicas are configured (docs/operations.md#read-replicas); the next page's cursor
- * carries it, as ListQuery's atLeast.
+ * A page of animals, ascending id. `readAt` (not enumerable): the PostgreSQL WAL position the
+ * page was read at, when read replicas are configured (docs/operations.md#read-replicas); the next
+ * page's cursor carries it, as ListQuery's atLeast.
  */
 export type PetPage = PetRecord[] & { readAt?: bigint };
 

@@ -353,7 +353,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; retry later. */
+            /** @description unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds. */
             503: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -362,6 +362,8 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
@@ -652,7 +654,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; retry later. */
+            /** @description unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds. */
             503: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -661,6 +663,8 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
@@ -921,7 +925,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; retry later. */
+            /** @description unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds. */
             503: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -930,6 +934,8 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
@@ -1135,7 +1141,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; retry later. */
+            /** @description unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds. */
             503: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -1144,6 +1150,8 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
