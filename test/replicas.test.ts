@@ -13,6 +13,7 @@ import { openPostgresStore } from '../src/store/postgres.js';
 import type { Store } from '../src/store/store.js';
 import { assertError } from './helpers.js';
 import { PostgresProxy } from './pg-proxy.js';
+import { childEnv, startServer } from './process.js';
 import { pairSkip, replicatedSchema, sharedPair } from './replica-cluster.js';
 
 // Small, so that what must not hang is seen not to within a test's time.
@@ -359,6 +360,22 @@ describe('PostgreSQL with a streaming replica (DATABASE_READ_URLS)', { skip: pai
         (line) => line.msg === 'read replica left out: unreachable' && line.replica === '127.0.0.1:1/test',
       ),
     );
+  });
+
+  test('petstore serve reads from the replicas DATABASE_READ_URLS names, and logs each one it takes in use', async (t) => {
+    const pair = await sharedPair();
+    const { url, readUrl } = await replicatedSchema(t, pair);
+    const server = await startServer(t, childEnv(t, { DATABASE_URL: url, DATABASE_READ_URLS: readUrl }));
+    const key = (await server.waitForOutput(/\n {4}(psk_[A-Za-z0-9_-]+)\n/))[1]!;
+    await server.waitForOutput(/"msg":"read replica in use"/);
+    const ready = (await (await fetch(`${server.url}/readyz`)).json()) as Ready;
+    assert.deepEqual(ready.replicas, [
+      { name: `127.0.0.1:${pair.replica.port}/test`, state: 'in_use', lagMs: ready.replicas![0]!.lagMs },
+    ]);
+    const before = replicaReads(pair);
+    const list = await fetch(`${server.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } });
+    assert.equal(list.status, 200);
+    await waitFor("the list in the replica's statement log", 2000, () => replicaReads(pair) > before);
   });
 
   test('petstore migrate status names the primary, the standbys it streams to, and each replica as the service judges it', async (t) => {

@@ -271,7 +271,14 @@ export function openReplicas(
     primaryAnswering: () => primaryAnswering(now()),
     primaryReads: () => primaryReads,
     replicas: () => replicas.map(stateOf),
-    onChange: (listener) => void listeners.push(listener),
+    // A listener that comes after the first checks (the service's log, once migrated) hears what they found.
+    onChange(listener) {
+      listeners.push(listener);
+      for (const replica of replicas) {
+        if (replica.state !== 'unmeasured') listener({ kind: 'replica', replica: stateOf(replica), was: 'unmeasured' });
+      }
+      if (wasAnswering === false) listener({ kind: 'primary', answering: false });
+    },
   };
 
   return {

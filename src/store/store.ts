@@ -278,7 +278,10 @@ export interface Replication {
   /** Reads this instance sent the primary. */
   primaryReads(): number;
   replicas(): ReplicaState[];
-  /** Calls `listener` on each change, as the background checks find it. */
+  /**
+   * Calls `listener` on each change, as the background checks find it; at once, with what the
+   * checks made before it found (each replica as a change from `unmeasured`).
+   */
   onChange(listener: (change: ReplicationChange) => void): void;
 }
 
