@@ -111,8 +111,8 @@ export interface ReplicaOptions {
 }
 
 /**
- * The streaming replicas at `readUrls` of the primary at `primaryUrl`, each checked every
- * CHECK_EVERY_MS from a connection of its own, as is the primary: the primary's WAL position,
+ * The streaming replicas at `readUrls` of the primary at `primaryUrl`, each checked every 100 ms
+ * (checkTiming) from a connection of its own, as is the primary: the primary's WAL position,
  * each replica's replayed position, whether it is in recovery, paused, of the primary's cluster.
  * Each reading is judged (replica-policy.ts) as it arrives; a read then only compares numbers.
  * The checks' timers never keep the process alive.
