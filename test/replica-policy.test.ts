@@ -5,6 +5,7 @@ import {
   caughtUpTo,
   checkTiming,
   chooseReplica,
+  candidateOf,
   judgeReplica,
   lagOf,
   LEFT_OUT,
@@ -104,7 +105,12 @@ function simulate({ replicas: count, ticks }: { replicas: number; keys: number; 
     badSince: undefined,
   }));
   let primaryNetwork: 'up' | 'refusing' | 'silent' = 'up';
-  const primary: PrimaryReading = { firstAnsweredAt: undefined, answeredAt: undefined, failed: false };
+  const primary: PrimaryReading = {
+    firstAnsweredAt: undefined,
+    answeredAt: undefined,
+    failed: false,
+    quietSince: undefined,
+  };
   const samples: PrimarySample[] = [];
   const readings: ReplicaReading[] = truth.map(() => ({ ...UNCHECKED }));
   const replayedSeen = truth.map(() => -1n);
@@ -123,9 +129,7 @@ function simulate({ replicas: count, ticks }: { replicas: number; keys: number; 
     for (let i = 0; i < count; i++) {
       const judged = judgeReplica(readings[i]!, primary, now, RULES, states[i]);
       states[i] = judged.inUse ? 'in_use' : judged.reason;
-      candidates[i] = judged.inUse
-        ? { until: judged.until, caughtUpTo: readings[i]!.caughtUpTo!, replayed: replayedSeen[i]! }
-        : LEFT_OUT;
+      candidates[i] = candidateOf(judged, replayedSeen[i]!);
       if (judged.inUse) assert.ok(judged.until >= now, 'in use until a time already past');
     }
   };
@@ -148,13 +152,16 @@ function simulate({ replicas: count, ticks }: { replicas: number; keys: number; 
     asked[s] = undefined;
     nextCheck[s] = now + EVERY_MS;
     if (s === 0) {
-      if (network !== 'up') primary.failed = true;
-      else {
+      if (network !== 'up') {
+        primary.failed = true;
+        primary.quietSince ??= at;
+      } else {
         samples.push({ at, lsn: wal });
         if (samples.length > Math.ceil(MAX_LAG_MS / EVERY_MS) + 4) samples.shift();
         primary.firstAnsweredAt ??= at;
         primary.answeredAt = at;
         primary.failed = false;
+        primary.quietSince = undefined;
         for (let i = 0; i < count; i++) catchUp(i);
       }
     } else {
@@ -169,6 +176,8 @@ function simulate({ replicas: count, ticks }: { replicas: number; keys: number; 
           failed: false,
           recovering: !replica.promoted,
           paused: replica.paused,
+          // Streaming here is instant: it has received all there is.
+          drained: replica.replayed === wal,
         };
         catchUp(i);
       }
@@ -268,7 +277,7 @@ test('healthy replicas answer every read of a key that has not written lately, s
       const now = 10_000 + start;
       const candidates = Array.from({ length: count }, (_, i) => ({
         until: now + 100,
-        caughtUpTo: now - 50,
+        holds: now - 50,
         replayed: BigInt(1000 + i),
       }));
       const chosen = new Map<number, number>();
@@ -288,8 +297,8 @@ test('healthy replicas answer every read of a key that has not written lately, s
 test("a key that wrote after a replica's last catch-up, or a page read further on, is answered elsewhere", () => {
   const now = 5000;
   const replicas: Candidate[] = [
-    { until: now + 10, caughtUpTo: now - 300, replayed: 500n },
-    { until: now + 10, caughtUpTo: now - 100, replayed: 400n },
+    { until: now + 10, holds: now - 300, replayed: 500n },
+    { until: now + 10, holds: now - 100, replayed: 400n },
     LEFT_OUT,
   ];
   assert.equal(chooseReplica(replicas, { wroteAt: now - 200, atLeast: -1n }, now, 0), 1);
@@ -313,13 +322,14 @@ test('in use, a replica stays so until its `until` on the same readings, and its
         const primaryAt = caughtUp + sinceCaughtUp;
         const now = primaryAt + sincePrimary;
         const replicaAt = now - sinceReplica;
-        const primary = { firstAnsweredAt: 0, answeredAt: primaryAt, failed: false };
+        const primary = { firstAnsweredAt: 0, answeredAt: primaryAt, failed: false, quietSince: undefined };
         const reading: ReplicaReading = {
           answeredAt: replicaAt,
           failed: false,
           recovering: true,
           paused: false,
           sameCluster: true,
+          drained: true,
           caughtUpTo: caughtUp,
         };
         const was = lagging ? 'lagging' : 'in_use';
@@ -345,13 +355,14 @@ test('in use, a replica stays so until its `until` on the same readings, and its
 });
 
 test('a replica is left out for the first reason that holds: unreachable, promoted, another cluster, paused, unmeasured, lagging', () => {
-  const primary = { firstAnsweredAt: 500, answeredAt: 1000, failed: false };
+  const primary = { firstAnsweredAt: 500, answeredAt: 1000, failed: false, quietSince: undefined };
   const healthy: ReplicaReading = {
     answeredAt: 1000,
     failed: false,
     recovering: true,
     paused: false,
     sameCluster: true,
+    drained: true,
     caughtUpTo: 990,
   };
   const reason = (change: Partial<ReplicaReading>, now = 1000) => {
@@ -377,6 +388,26 @@ test('a replica is left out for the first reason that holds: unreachable, promot
   assert.equal((judgeReplica(behind, later, 500 + MAX_LAG_MS, RULES) as { reason: string }).reason, 'unmeasured');
   assert.equal(reason({ caughtUpTo: 1000 - MAX_LAG_MS - 1 }), 'lagging');
   assert.equal(reason({ caughtUpTo: 1000 - MAX_LAG_MS }), 'in_use');
+});
+
+test('with the primary quiet, a replica found since to have replayed all it received holds every write acknowledged before', () => {
+  // The primary answered at 1000, refused the check asked at 1100; the replica last caught up at 990.
+  const quiet: PrimaryReading = { firstAnsweredAt: 0, answeredAt: 1000, failed: true, quietSince: 1100 };
+  const replica: ReplicaReading = { ...UNCHECKED, answeredAt: 1150, drained: true, caughtUpTo: 990 };
+  const holds = (reading: ReplicaReading, primary = quiet) => {
+    const judged = judgeReplica(reading, primary, 1200, RULES);
+    assert.ok(judged.inUse);
+    return judged.holds;
+  };
+  assert.equal(holds(replica), 1100);
+  // Still replaying what it received, or last found drained before the primary went quiet: what it caught up to.
+  assert.equal(holds({ ...replica, drained: false }), 990);
+  assert.equal(holds({ ...replica, answeredAt: 1090 }), 990);
+  // The primary answering: its samples alone say.
+  assert.equal(holds(replica, { ...quiet, answeredAt: 1150, failed: false, quietSince: undefined }), 990);
+  const candidate = candidateOf(judgeReplica(replica, quiet, 1200, RULES), 7n);
+  assert.equal(chooseReplica([candidate], { wroteAt: 1050, atLeast: -1n }, 1200, 0), 0, 'a create made before');
+  assert.equal(chooseReplica([candidate], { wroteAt: 1100, atLeast: -1n }, 1200, 0), -1, 'one made since');
 });
 
 test('caughtUpTo is the newest sample the replayed position covers', () => {

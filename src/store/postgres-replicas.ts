@@ -6,6 +6,7 @@ import {
   checkTiming,
   chooseReplica,
   judgeReplica,
+  candidateOf,
   LEFT_OUT,
   UNCHECKED,
   type Candidate,
@@ -20,6 +21,7 @@ const PRIMARY_CHECK = 'SELECT pg_current_wal_lsn()::text AS lsn';
 // pg_is_wal_replay_paused() raises an error outside recovery: asked only in it.
 const REPLICA_CHECK =
   'SELECT pg_is_in_recovery() AS recovering, pg_last_wal_replay_lsn()::text AS replayed, ' +
+  'pg_last_wal_receive_lsn()::text AS received, ' +
   'CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END AS paused';
 // The same on a primary and every streaming replica of it (PostgreSQL's pg_control_system).
 const CLUSTER_ID = 'SELECT system_identifier::text AS id FROM pg_control_system()';
@@ -146,7 +148,12 @@ export function openReplicas(
     };
   });
   const candidates: Candidate[] = replicas.map(() => LEFT_OUT);
-  const primary: PrimaryReading = { firstAnsweredAt: undefined, answeredAt: undefined, failed: false };
+  const primary: PrimaryReading = {
+    firstAnsweredAt: undefined,
+    answeredAt: undefined,
+    failed: false,
+    quietSince: undefined,
+  };
   let primaryCluster: string | null = null;
   // Undefined until the primary's first check has ended.
   let wasAnswering: boolean | undefined;
@@ -171,9 +178,7 @@ export function openReplicas(
     const was = replica.state;
     replica.lagMs = judged.lagMs;
     replica.state = judged.inUse ? 'in_use' : judged.reason;
-    candidates[index] = judged.inUse
-      ? { until: judged.until, caughtUpTo: replica.reading.caughtUpTo!, replayed: replica.replayed }
-      : LEFT_OUT;
+    candidates[index] = candidateOf(judged, replica.replayed);
     if (replica.state !== was) tell({ kind: 'replica', replica: stateOf(replica), was });
   }
 
@@ -210,9 +215,11 @@ export function openReplicas(
       primary.firstAnsweredAt ??= at;
       primary.answeredAt = at;
       primary.failed = false;
+      primary.quietSince = undefined;
       for (const replica of replicas) catchUp(replica);
     } catch {
       primary.failed = true;
+      primary.quietSince ??= at;
     }
   }
 
@@ -224,9 +231,11 @@ export function openReplicas(
       const { row, cluster } = await replicaCheckers[index]!.check<{
         recovering: boolean;
         replayed: string | null;
+        received: string | null;
         paused: boolean;
       }>(REPLICA_CHECK);
       const replayed = parseLsn(row.replayed);
+      const received = parseLsn(row.received);
       if (replayed !== undefined && replayed > replica.replayed) replica.replayed = replayed;
       replica.reading = {
         ...replica.reading,
@@ -235,6 +244,7 @@ export function openReplicas(
         recovering: row.recovering,
         paused: row.paused,
         sameCluster: cluster === null || primaryCluster === null || cluster === primaryCluster,
+        drained: received === undefined || (replayed !== undefined && replayed >= received),
       };
       catchUp(replica);
     } catch {

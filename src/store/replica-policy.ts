@@ -23,6 +23,8 @@ export interface PrimaryReading {
   answeredAt: number | undefined;
   /** Its last check failed (refused, an error, no answer in time). */
   failed: boolean;
+  /** When the first check that failed since its last answer was asked for; undefined while it answers. */
+  quietSince: number | undefined;
 }
 
 /** What was last measured of one replica. */
@@ -36,6 +38,8 @@ export interface ReplicaReading {
   paused: boolean;
   /** Of the primary's cluster (the same system identifier), or not known to differ. */
   sameCluster: boolean;
+  /** It has replayed all the WAL it received (pg_last_wal_receive_lsn()). */
+  drained: boolean;
   /**
    * The newest primary sample whose position it has replayed (caughtUpTo): it holds every write
    * the primary acknowledged before then. Undefined: none yet.
@@ -50,6 +54,7 @@ export const UNCHECKED: Readonly<ReplicaReading> = Object.freeze({
   recovering: true,
   paused: false,
   sameCluster: true,
+  drained: false,
   caughtUpTo: undefined,
 });
 
@@ -77,8 +82,12 @@ export function checkTiming(maxLagMs: number): { everyMs: number; rules: Replica
 }
 
 export type Judgement =
-  /** Read from it until `until` (inclusive) unless a newer reading says otherwise. */
-  { inUse: true; lagMs: number; until: number } | { inUse: false; reason: LeftOut; lagMs: number | undefined };
+  /**
+   * Read from it until `until` (inclusive) unless a newer reading says otherwise; it holds every
+   * write the primary acknowledged before `holds`.
+   */
+  | { inUse: true; lagMs: number; until: number; holds: number }
+  | { inUse: false; reason: LeftOut; lagMs: number | undefined };
 
 /**
  * The newest sample `replayed` covers: the replica holds every write acknowledged before its `at`.
@@ -147,21 +156,31 @@ export function judgeReplica(
   const primaryQuietFrom = answering(primary, now, rules.silentMs) ? primary.answeredAt! + rules.silentMs : -Infinity;
   const lagBound = replica.caughtUpTo! + rules.maxLagMs;
   const until = lagBound < primaryQuietFrom ? Math.min(silentFrom, lagBound) : silentFrom;
-  return { inUse: true, lagMs: lag.lagMs, until };
+  // A primary that stopped answering streamed what it wrote before (a clean stop streams all of
+  // it): a replica found since to have replayed all it received holds every write acknowledged
+  // before then.
+  const quiet = answering(primary, now, rules.silentMs) ? undefined : primary.quietSince;
+  const drainedSince = quiet !== undefined && replica.drained && replica.answeredAt! > quiet;
+  const holds = drainedSince ? Math.max(replica.caughtUpTo!, quiet) : replica.caughtUpTo!;
+  return { inUse: true, lagMs: lag.lagMs, until, holds };
 }
 
 /** A replica as each read sees it: in use until `until`, holding what is needed of it. */
 export interface Candidate {
   /** Last instant it is read from (-Infinity: left out). */
   until: number;
-  /** ReplicaReading's caughtUpTo. */
-  caughtUpTo: number;
+  /** Judgement's holds: it has every write acknowledged before then. */
+  holds: number;
   /** The WAL position it has replayed at least. */
   replayed: bigint;
 }
 
 /** A candidate that is never chosen: a replica left out. */
-export const LEFT_OUT: Candidate = Object.freeze({ until: -Infinity, caughtUpTo: -Infinity, replayed: -1n });
+export const LEFT_OUT: Candidate = Object.freeze({ until: -Infinity, holds: -Infinity, replayed: -1n });
+
+/** The candidate a replica is, as judged, with what it has replayed. */
+export const candidateOf = (judged: Judgement, replayed: bigint): Candidate =>
+  judged.inUse ? { until: judged.until, holds: judged.holds, replayed } : LEFT_OUT;
 
 /** What a read needs of the database that answers it. */
 export interface ReadNeeds {
@@ -173,7 +192,7 @@ export interface ReadNeeds {
 
 // A sample asked for after the write was acknowledged covers it: strictly after.
 const serves = (candidate: Candidate, needs: ReadNeeds, now: number) =>
-  now <= candidate.until && candidate.caughtUpTo > needs.wroteAt && candidate.replayed >= needs.atLeast;
+  now <= candidate.until && candidate.holds > needs.wroteAt && candidate.replayed >= needs.atLeast;
 
 /**
  * The replica a read goes to, as an index of `candidates`, or -1 for the primary: one in use
