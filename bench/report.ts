@@ -59,6 +59,11 @@ export interface RunInfo {
   events?: EventsRun[];
   /** The backlog measure: the service's RSS with events waiting for a hanging receiver, per store. */
   backlog?: BacklogRun[];
+  /**
+   * The row with one replica (bench/run.ts, replicaRow): the reads its service sent the primary
+   * and the replica over the run, or why it was not measured.
+   */
+  replica?: { primaryReads: number; replicaReads: number } | string;
 }
 
 /**
@@ -316,6 +321,29 @@ export function renderEvents(runs: EventsRun[]): string[] {
   ];
 }
 
+/**
+ * The row with one replica: its table, and the primary's share of its reads (every read the
+ * service made there, warm-up included); or the note saying why it was not measured.
+ */
+export function renderReplica(rows: Parameters<typeof table>[0], replica: RunInfo['replica']): string[] {
+  const title = '### PostgreSQL, 10,000 pets, one instance reading from one streaming replica';
+  if (typeof replica === 'string' || replica === undefined || rows.length === 0) {
+    return typeof replica === 'string' && replica !== 'measured' ? ['', title, '', `${replica}.`] : [];
+  }
+  const { primaryReads, replicaReads } = replica;
+  const share = primaryReads / (primaryReads + replicaReads);
+  return [
+    '',
+    title,
+    '',
+    "A primary and a streaming replica of it, both on this machine, made by the run with PostgreSQL's own `initdb` and `pg_basebackup -R` (`bench/pg-cluster.ts`: 16 MB of shared buffers, `fsync` off), not the server of the rows above; `DATABASE_READ_URLS` names the replica. Reads only, compared with no row: the replica takes CPU from the same two cores.",
+    '',
+    ...table(rows),
+    '',
+    `Reads of the animals sent to the primary: ${int(primaryReads)} of ${int(primaryReads + replicaReads)} (${(share * 100).toFixed(1)}%), the rest to the replica (\`petstore_primary_reads_total\` and \`petstore_replica_reads_total\` at the end of the run, warm-up included).`,
+  ];
+}
+
 /** `to` against `from` in MB with one decimal, signed; a change that rounds to 0.0 has no sign. */
 function delta(to: number | undefined, from: number | undefined): string {
   if (to === undefined || from === undefined) return 'n/a';
@@ -449,6 +477,7 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
     const rows = rowsOf(target);
     if (rows.length) postgresLines.push('', `### PostgreSQL, 10,000 pets, ${title}`, '', ...table(rows));
   }
+  postgresLines.push(...renderReplica(rowsOf('pg-replica'), info.replica));
   const extraLines: string[] = [];
   const minimalRows = rowsOf('minimal');
   if (minimalRows.length) {

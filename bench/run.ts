@@ -31,6 +31,7 @@ import {
   type RunInfo,
   type SoakMinute,
 } from './report.js';
+import { clusterMissing, startPair } from './pg-cluster.js';
 import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const SERVER_CPU = 1;
@@ -250,6 +251,16 @@ async function main() {
     postgres = `not reachable at ${POSTGRES_URL.replace(/\/\/[^@]*@/, '//')}: skipped`;
   }
 
+  let replicaNote = 'not measured (--no-postgres)';
+  if (wantPostgres) {
+    const row = await replicaRow();
+    if (typeof row === 'string') replicaNote = row;
+    else {
+      targets.push(row);
+      replicaNote = 'measured';
+    }
+  }
+
   // Each extra row, and the reference row, runs after the row it is compared with, in the order added.
   for (const extra of extras) {
     const last = targets.findLastIndex((target) => target.id === extra.base || target.base === extra.base);
@@ -335,6 +346,8 @@ async function main() {
     ? await eventsRun(targets.some((target) => target.id === 'pg-1'))
     : { events: undefined, backlog: undefined };
   const soak = soakSeconds > 0 ? await soakRun(targets.find((target) => target.id === 'sqlite-10000')!) : undefined;
+  const replicaTarget = targets.find((target) => target.id === 'pg-replica');
+  const replication = replicaTarget ? await readsByServer(replicaTarget) : undefined;
 
   const measured: Measured[] = [];
   for (const target of targets) {
@@ -372,6 +385,7 @@ async function main() {
     soak,
     events,
     backlog,
+    replica: replication ?? replicaNote,
   };
   for (const target of targets) {
     for (const instance of target.instances) {
@@ -419,6 +433,56 @@ async function eventsRun(postgres: boolean): Promise<{ events: EventsRun[]; back
     );
   }
   return { events: runs, backlog };
+}
+
+/**
+ * The row with one replica: the shipped service on a primary and a streaming replica of it, both
+ * started here with PostgreSQL's own tools (bench/pg-cluster.ts), 10,000 pets seeded on the
+ * primary, `DATABASE_READ_URLS` naming the replica. Its reads only: it is compared with no row, and
+ * tells how fast reads are with a replica and how many still reach the primary. A note instead
+ * when PostgreSQL's programs are missing.
+ */
+async function replicaRow(): Promise<Target | string> {
+  const missing = clusterMissing();
+  if (missing) return `not measured: ${missing}`;
+  log('starting a PostgreSQL primary and a streaming replica of it, seeding 10000 pets');
+  const pair = await startPair();
+  cleanups.push(pair.remove);
+  const seeded = await seedPostgres(pair.primary.url, `petstore_bench_${process.pid}`, 10_000);
+  await pair.caughtUp(60_000);
+  const readUrl = new URL(pair.replica.url);
+  readUrl.search = new URL(seeded.env.DATABASE_URL!).search;
+  const env = { ...seeded.env, DATABASE_READ_URLS: readUrl.href };
+  const service = await startService('PostgreSQL, one replica', env, SERVER_CPU, logFile('pg-replica'));
+  cleanups.unshift(service.stop);
+  // Its first checks take a tenth of a second: the warm-up would read the primary until then.
+  const deadline = Date.now() + 10_000;
+  while (!/"state":"in_use"/.test(await (await fetch(`${service.url}/readyz`)).text())) {
+    if (Date.now() > deadline) throw new Error(`the replica was not in use within 10 s:\n${service.output()}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return {
+    id: 'pg-replica',
+    store: 'PostgreSQL',
+    variant: 'replica',
+    pets: 10_000,
+    instances: [service],
+    workloads: ['list', 'pages', 'getPet'],
+    seeded,
+  };
+}
+
+/** The reads the row's service sent the primary and the replica over the whole run, from its /metrics. */
+async function readsByServer(target: Target): Promise<{ primaryReads: number; replicaReads: number }> {
+  const response = await fetch(`${target.instances[0]!.url}/metrics`, {
+    headers: { authorization: `Bearer ${target.seeded!.key}` },
+  });
+  const text = await response.text();
+  const total = (pattern: RegExp) => [...text.matchAll(pattern)].reduce((sum, match) => sum + Number(match[1]), 0);
+  return {
+    primaryReads: total(/^petstore_primary_reads_total ([0-9]+)$/gm),
+    replicaReads: total(/^petstore_replica_reads_total\{[^}]*\} ([0-9]+)$/gm),
+  };
 }
 
 /**

@@ -63,6 +63,22 @@ function postgresUrl(raw: string): string | undefined {
   return raw;
 }
 
+/** Comma-separated PostgreSQL URLs (DATABASE_READ_URLS); none when empty. */
+function postgresUrls(raw: string): string[] {
+  const urls = raw
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  for (const url of urls) {
+    try {
+      postgresUrl(url);
+    } catch {
+      throw new Error('must be postgres:// or postgresql:// URLs, comma-separated');
+    }
+  }
+  return urls;
+}
+
 // libpq URL parameters that hold a secret: the password, and the passphrase of the client key.
 const SECRET_PARAMETERS = /^(ssl)?password$/i;
 
@@ -185,9 +201,26 @@ export const settings = {
     parse: postgresUrl,
     show: withoutPassword,
   } satisfies Setting<string | undefined>,
+  databaseReadUrls: {
+    env: 'DATABASE_READ_URLS',
+    description:
+      'PostgreSQL streaming replicas of DATABASE_URL that listPets, getPet and the feed read from while their replay lag is within PETSTORE_REPLICA_MAX_LAG_MS; writes, key checks, rate counts and idempotency stay on DATABASE_URL (docs/operations.md#read-replicas).',
+    format: 'postgres:// URLs, comma-separated, each with the same libpq parameters as DATABASE_URL',
+    default: '',
+    parse: postgresUrls,
+    show: (raw) => raw.split(',').map(withoutPassword).join(','),
+  } satisfies Setting<string[]>,
+  replicaMaxLagMs: {
+    env: 'PETSTORE_REPLICA_MAX_LAG_MS',
+    description:
+      'How far a replica may be behind the primary and still be read from; one further behind, paused, unreachable or promoted is left out within a second, and taken back once it is within half of this.',
+    format: 'milliseconds, integer 100..600000',
+    default: '1000',
+    parse: integer(100, 600_000),
+  } satisfies Setting<number>,
   pgPoolSize: {
     env: 'PETSTORE_PG_POOL_SIZE',
-    description: 'Most PostgreSQL connections one instance opens at once.',
+    description: 'Most PostgreSQL connections one instance opens at once, to the primary and to each replica.',
     format: 'integer 1..1000',
     default: '10',
     parse: integer(1, 1000),
@@ -463,6 +496,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       `PETSTORE_EVENT_RETENTION must be at least PETSTORE_WEBHOOK_GIVE_UP (${env[giveUp.env] ?? giveUp.default}), ` +
         `so that an event is kept while it may still be delivered (got "${env[retention.env] ?? retention.default}")`,
     );
+  }
+  if (config.databaseReadUrls.length > 0 && !config.databaseUrl) {
+    throw new ConfigError('DATABASE_READ_URLS names replicas of DATABASE_URL, which is not set');
   }
   if (config.webhookLeaseMs <= config.webhookTimeoutMs) {
     throw new ConfigError(

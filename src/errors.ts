@@ -75,7 +75,13 @@ export const notFound = () =>
 export const unsupportedMediaType = () =>
   new ApiError('unsupported_media_type', "The request body must be sent with 'Content-Type: application/json'.");
 
-export const unavailable = () => new ApiError('unavailable', 'The database cannot be reached; retry later.');
+/** How long a client is asked to wait after a 503 before it tries again (RFC 9110 section 10.2.3). */
+export const UNAVAILABLE_RETRY_SECONDS = 1;
+
+export const unavailable = () =>
+  new ApiError('unavailable', 'The database cannot be reached; retry later.', {
+    'retry-after': String(UNAVAILABLE_RETRY_SECONDS),
+  });
 
 const codeByStatus = new Map<number, ErrorCode>(
   Object.entries(errorCodes).map(([code, status]) => [status, code as ErrorCode]),

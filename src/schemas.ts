@@ -182,9 +182,10 @@ export const ListPetsQuery = Type.Object(
     status: Type.Optional(Type.Ref(PetStatus)),
     cursor: Type.Optional(
       Type.String({
-        // base64url of `<status>:<id>` (cursor.ts), at most `available:` and 19 digits: 39
-        // characters. Anything longer or outside the alphabet was never issued: a 400 either way.
-        maxLength: 39,
+        // base64url of `<status>:<id>[@<position>]` (cursor.ts), at most `available:`, 19 digits,
+        // `@` and 20 digits: 67 characters. Anything longer or outside the alphabet was never
+        // issued: a 400 either way.
+        maxLength: 67,
         pattern: '^[A-Za-z0-9_-]+$',
         description:
           'cursor must be the opaque value of a rel="next" link from an earlier page, used with the same status.',
@@ -444,7 +445,10 @@ export const commonErrors = {
   ),
   431: parserRefusal('headers_too_large: the request headers are over 16 KiB in all.'),
   500: errorResponse('internal_error: the service failed; the request may be retried.', rateLimitHeaders),
-  503: errorResponse('unavailable: the database cannot be reached; retry later.', rateLimitHeaders),
+  503: errorResponse(
+    'unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds.',
+    { 'Retry-After': retryAfter('Seconds to wait before retrying.'), ...rateLimitHeaders },
+  ),
 };
 
 /** The 409 of an Idempotency-Key whose first request is still being processed (idempotency.ts). */

@@ -48,15 +48,16 @@ function reasonOf(error: unknown): string {
 /**
  * Opens and migrates the configured store, with the names of the migrations it applied; a
  * failure names the setting that points at the database. `opened` runs once it is open, before
- * the first migration.
+ * the first migration. `readReplicas`: as openStore's.
  */
 export async function openMigratedStore(
   config: Config,
   opened?: () => void,
+  { readReplicas = false } = {},
 ): Promise<{ store: Store; applied: string[] }> {
   let store: Store | undefined;
   try {
-    store = await openStore(config);
+    store = await openStore(config, { readReplicas });
     opened?.();
     const applied = await store.migrate(reportMigration);
     return { store, applied };
@@ -150,7 +151,7 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   try {
     // Before the store: the PostgreSQL client is instrumented as it is loaded.
     await startTracing(config);
-    ({ store } = await openMigratedStore(config));
+    ({ store } = await openMigratedStore(config, undefined, { readReplicas: true }));
     app = await buildApp({ config, store });
   } catch (error) {
     // An open pool would keep the process from exiting on the error.

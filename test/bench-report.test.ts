@@ -290,6 +290,23 @@ test('an extra row is reported apart under its setting, and judged against no ta
   assert.ok(!summary.includes('6,123'), 'the extra row is not in the summary');
 });
 
+test("the row with one replica has its own table, with the primary's share of its reads, or says why it is missing", () => {
+  const withReplica = [
+    ...RUN,
+    row('pg-replica', 'PostgreSQL', 'getPet', [7_777, 7_777, 7_777], { variant: 'replica' }),
+  ];
+  const { latest, summary } = renderReport(withReplica, {
+    ...INFO,
+    replica: { primaryReads: 31, replicaReads: 9_969 },
+  });
+  assert.ok(latest.includes('### PostgreSQL, 10,000 pets, one instance reading from one streaming replica'));
+  assert.ok(latest.includes('| getPet, random id | 7,777 |'));
+  assert.ok(latest.includes('Reads of the animals sent to the primary: 31 of 10,000 (0.3%), the rest to the replica'));
+  assert.ok(!summary.includes('7,777'), 'the replica row is not in the summary');
+  const missing = renderReport(RUN, { ...INFO, replica: 'not measured: initdb not found in /nowhere' }).latest;
+  assert.match(missing, /one streaming replica\n\nnot measured: initdb not found in \/nowhere\.\n/);
+});
+
 test('--soak compares the last minute’s peak RSS with the first warm minute’s', () => {
   const minute = (endSeconds: number, peakMb: number): SoakMinute => ({
     endSeconds,

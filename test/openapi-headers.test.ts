@@ -198,11 +198,19 @@ test('a 405, which answers no operation, carries Allow as the document says', as
   assert.match(String(refused.headers.allow), /^GET, POST/);
 });
 
-test('the longest cursor the service can issue fits the cursor parameter as described', () => {
+test('the longest cursor the service can issue fits the cursor parameter and the Link header as described', async (t) => {
   const { cursor } = ListPetsQuery.properties;
+  const app = await startApp(t);
+  const link = (await documentOf(app.app)).paths['/pets']!.get!.responses['200']!.headers!.Link!.schema;
   for (const status of [undefined, 'available', 'pending', 'sold'] as const) {
-    const longest = encodeCursor({ afterId: INT64_MAX, status });
-    assert.ok(longest.length <= cursor.maxLength!, `${longest} is longer than ${cursor.maxLength}`);
-    assert.match(longest, new RegExp(cursor.pattern!, 'u'));
+    // With read replicas a cursor carries the WAL position its page was read at, up to 2^64 - 1.
+    for (const readAt of [undefined, 2n ** 64n - 1n]) {
+      const longest = encodeCursor({ afterId: INT64_MAX, status, readAt });
+      assert.ok(longest.length <= cursor.maxLength!, `${longest} is longer than ${cursor.maxLength}`);
+      assert.match(longest, new RegExp(cursor.pattern!, 'u'));
+      const header = `</v1/pets?limit=100${status ? `&status=${status}` : ''}&cursor=${longest}>; rel="next"`;
+      assert.ok(header.length <= link.maxLength, `${header} is longer than ${link.maxLength}`);
+      assert.match(header, new RegExp(link.pattern!, 'u'));
+    }
   }
 });

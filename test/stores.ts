@@ -45,6 +45,28 @@ export interface StoreKind {
 
 export const POSTGRES_URL = process.env.PETSTORE_TEST_DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
 
+/**
+ * Streaming replicas of POSTGRES_URL's server (PETSTORE_TEST_DATABASE_READ_URLS, comma-separated):
+ * when set, every PostgreSQL store the tests open reads from them too (DATABASE_READ_URLS), in the
+ * test's schema. test/replica-suite.test.ts sets them to a pair of its own.
+ */
+const POSTGRES_READ_URLS = (process.env.PETSTORE_TEST_DATABASE_READ_URLS ?? '')
+  .split(',')
+  .map((url) => url.trim())
+  .filter((url) => url !== '');
+
+/** The options to open a store at `url` with: its replicas, in the same schema (the URL's libpq options). */
+function withReplicas(url: string, options: PostgresOptions = {}): PostgresOptions {
+  if (POSTGRES_READ_URLS.length === 0) return options;
+  const schemaOptions = new URL(url).searchParams.get('options');
+  const readUrls = POSTGRES_READ_URLS.map((readUrl) => {
+    const parsed = new URL(readUrl);
+    if (schemaOptions) parsed.searchParams.set('options', schemaOptions);
+    return parsed.href;
+  });
+  return { readUrls, ...options };
+}
+
 function shown(url: string) {
   const parsed = new URL(url);
   if (parsed.password) parsed.password = '***';
@@ -305,14 +327,15 @@ after(async () => {
 /** A store on a migrated, empty PostgreSQL schema, closed after the test (migratedPostgresSchema). */
 export async function freshPostgresStore(t: TestContext, options: PostgresOptions = {}): Promise<Store> {
   const url = await migratedPostgresSchema(t);
-  const store = closedAfter(t, () => openPostgresStore(url, options))();
+  const store = closedAfter(t, () => openPostgresStore(url, withReplicas(url, options)))();
   await store.migrate();
   return store;
 }
 
 const sqlite: StoreKind = {
   name: 'SQLite',
-  skip: false,
+  // With read replicas (test/replica-suite.test.ts), only what PostgreSQL runs differs.
+  skip: POSTGRES_READ_URLS.length > 0 ? 'SQLite has no read replicas: its runs elsewhere are the same' : false,
   async createDatabase(t) {
     const dir = mkdtempSync(join(tmpdir(), 'petstore-store-'));
     const path = join(dir, 'petstore.db');
@@ -372,7 +395,9 @@ const postgres: StoreKind = {
 };
 
 function postgresDatabase(t: TestContext, url: string): TestDatabase {
-  const open = closedAfter(t, (options) => openPostgresStore(url, { poolSize: 10, timeoutMs: 5000, ...options }));
+  const open = closedAfter(t, (options) =>
+    openPostgresStore(url, withReplicas(url, { poolSize: 10, timeoutMs: 5000, ...options })),
+  );
   return {
     open,
     execute: async (sql) => void (await adminQuery(url, sql)),

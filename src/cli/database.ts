@@ -6,7 +6,7 @@ import { describeDatabase, openMigratedStore } from '../server.js';
 import { backupSqlite, OperationRefused, restoreSqlite } from '../store/backup.js';
 import { migrationStates, readMigrations, type AppliedMigration } from '../store/migrations.js';
 import { readSqliteMigrations } from '../store/sqlite.js';
-import type { Store } from '../store/store.js';
+import type { ReplicaState, Store } from '../store/store.js';
 import { oneLine } from '../errors.js';
 import { noArguments, UsageError } from './args.js';
 import type { Output } from './output.js';
@@ -20,6 +20,13 @@ export interface DatabaseDeps {
 }
 
 const storeSettings = describeSettings(['sqlitePath', 'databaseUrl', 'dbTimeoutMs']);
+const statusSettings = describeSettings([
+  'sqlitePath',
+  'databaseUrl',
+  'databaseReadUrls',
+  'replicaMaxLagMs',
+  'dbTimeoutMs',
+]);
 
 /** Help for the database commands, shown by `petstore <command> --help` and `petstore help <command>`. */
 export const databaseHelp: Record<string, string> = {
@@ -82,13 +89,16 @@ Exit status: 0 restored, 1 refused or failed, 2 bad command line or setting (Pos
 Lists each migration this version knows, applied (with when) or pending, and any the database
 holds that this version does not know (a newer release applied it: serve and migrate refuse
 such a database). Changes nothing; a SQLite file that does not exist has every migration pending.
+On PostgreSQL it then names, on standard error, the primary (DATABASE_URL), the standbys it
+streams to, and each read replica (DATABASE_READ_URLS) as the service judges it: in use or left
+out and why, and how far behind (docs/operations.md#read-replicas).
 
 Options:
   --json     One JSON line per migration: {"version","name","state","appliedAt"}; state is
              applied, pending or unknown; appliedAt null when pending.
 
 Settings (environment variables):
-${storeSettings}
+${statusSettings}
 
 Exit status: 0 listed, 1 the database cannot be read, 2 bad command line or setting.
 `,
@@ -173,6 +183,7 @@ async function statusCommand(deps: DatabaseDeps, args: string[]): Promise<number
     io.out(['MIGRATION', 'STATE', 'APPLIED'].join('\t'));
     for (const { name, state, appliedAt } of states) io.out([name, state, appliedAt?.toISOString() ?? '-'].join('\t'));
   }
+  if (config.databaseUrl) await describeReplication(config, io);
   const unknown = states.filter((m) => m.state === 'unknown').map((m) => m.name);
   const pending = states.filter((m) => m.state === 'pending').length;
   if (unknown.length > 0) {
@@ -183,6 +194,49 @@ async function statusCommand(deps: DatabaseDeps, args: string[]): Promise<number
     io.err('The database is up to date.');
   }
   return 0;
+}
+
+const LEFT_OUT_BECAUSE: Record<Exclude<ReplicaState['state'], 'in_use'>, string> = {
+  unreachable: 'it does not answer',
+  promoted: 'it is not in recovery (promoted, or not a replica)',
+  other_cluster: 'it replicates another cluster than DATABASE_URL',
+  paused: 'its replay is paused',
+  unmeasured: 'its lag could not be measured yet',
+  lagging: 'it is further behind than PETSTORE_REPLICA_MAX_LAG_MS',
+};
+
+const behind = (ms: number | null) => (ms === null ? '' : `, ${ms} ms behind`);
+
+/** The primary, the standbys it streams to, and each read replica as the service would judge it. */
+async function describeReplication(config: Config, io: Output): Promise<void> {
+  // Loaded only when used, as store/open.ts does.
+  const { measureReplication } = await import('../store/postgres-replicas.js');
+  const { databaseName } = await import('../store/postgres-connection.js');
+  const { standbys, replicas, primaryAnswering } = await measureReplication(
+    config.databaseUrl!,
+    config.databaseReadUrls,
+    // Long enough for a check of each, and to find one further behind than the bound.
+    {
+      timeoutMs: config.dbTimeoutMs,
+      maxLagMs: config.replicaMaxLagMs,
+      waitMs: Math.min(config.replicaMaxLagMs + 1000, 3000),
+    },
+  );
+  const streamsTo =
+    standbys === undefined
+      ? 'its standbys could not be read'
+      : standbys.length === 0
+        ? 'it streams to no standby'
+        : `it streams to ${standbys.map((s) => `${s.name} (${s.state}${behind(s.replayLagMs === null ? null : Math.round(s.replayLagMs))})`).join(', ')}`;
+  io.err(`Primary ${databaseName(config.databaseUrl!)} (DATABASE_URL): ${streamsTo}.`);
+  if (replicas.length === 0) io.err('No read replica is set (DATABASE_READ_URLS).');
+  for (const { name, state, lagMs } of replicas) {
+    const judged =
+      state === 'in_use' ? `read from${behind(lagMs)}` : `left out: ${LEFT_OUT_BECAUSE[state]}${behind(lagMs)}`;
+    io.err(`Read replica ${name} (DATABASE_READ_URLS): ${judged}.`);
+  }
+  if (replicas.length > 0 && !primaryAnswering)
+    io.err('The primary did not answer: replicas are judged by its last answer.');
 }
 
 const commands: Record<string, (deps: DatabaseDeps, args: string[]) => Promise<number>> = {

@@ -67,7 +67,7 @@ export function listEvents(app: FastifyInstance, { store, authenticate }: Events
     async (request, reply) => {
       const { limit = 20, after } = request.query;
       const position = after === undefined ? undefined : readAfter(after);
-      const events = await store.listEvents({ after: position, limit: limit + 1 });
+      const events = await store.listEvents({ after: position, limit: limit + 1 }, request.apiKeyId);
       if (events.length > limit) {
         events.length = limit;
         const last = formatEventId(events[limit - 1]!.position);

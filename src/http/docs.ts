@@ -11,7 +11,7 @@ const errorTable = Object.entries(errorCodes)
   .map(([code, status]) => `| \`${code}\` | ${status} |`)
   .join('\n');
 
-const description = `Keeps a store's catalogue of animals.
+const describeService = (config: Config) => `Keeps a store's catalogue of animals.
 
 Every operation needs \`Authorization: Bearer <API key>\`; keys are issued with \`petstore keys create\`.
 Every error is \`application/json\` with the Error body (\`code\`, \`message\`, \`status\`). The codes:
@@ -31,7 +31,12 @@ key is counted, answers carry the \`RateLimit-Policy\` and \`RateLimit\` fields 
 (\`"default"\`), a 403 included; answers given before a valid key was read (401, and the 400, 408,
 414 and 431 refused before any key is read) carry those of the client address's refused-key
 quota (\`"refused-keys"\`) while that limit is on. A 429 carries them with \`Retry-After\` for the
-limit that refused it.`;
+limit that refused it; a 503 (the database cannot be reached) carries \`Retry-After\` too.
+
+A deployment may answer reads from copies of its database (PostgreSQL read replicas). Then a key
+still sees its own creates at once through the instance that made them, getPet finds an animal
+as soon as its 201 is sent, and following \`next\` links misses nothing; a list may lack animals
+that others created within the last ${config.replicaMaxLagMs} ms, never older ones.`;
 
 // Swagger UI's browser files, as @fastify/swagger-ui ships them (swagger-ui-dist would bring an
 // install-time analytics script). The page around them is this service's own: one document
@@ -161,7 +166,7 @@ export async function registerDocs(app: FastifyInstance, config: Config): Promis
       info: {
         title: 'Petstore',
         version: '1.0.0',
-        description,
+        description: describeService(config),
         license: { name: 'MIT', identifier: 'MIT' },
       },
       servers,

@@ -5,7 +5,7 @@ import type { Scope } from '../schemas.js';
 import { closeReasons, type CloseReason } from './slot-policy.js';
 import { petStatuses } from '../schemas.js';
 import type { ObserveCall } from '../store/instrumented.js';
-import { PET_COUNTS_MAX_AGE_MS, type Store } from '../store/store.js';
+import { PET_COUNTS_MAX_AGE_MS, type ReplicaState, type Replication, type Store } from '../store/store.js';
 import type { WebhookStats } from '../store/webhooks.js';
 
 const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -150,6 +150,7 @@ export function createMetrics(store: Store, clock: Clock = systemClock): Metrics
       }
     },
   });
+  if (store.replication) registerReplicationMetrics(store.replication, registers);
   // docs/operations.md#deprecated-use-the-clients-to-move-before-the-sunset: with keys list, tells an operator which clients to move
   // before getPet's sunset. The series exists from the start, at 0, so rate() sees the first call.
   const deprecatedCalls = new Counter({
@@ -226,6 +227,78 @@ export function createMetrics(store: Store, clock: Clock = systemClock): Metrics
     countClosedConnection: (reason) => closedConnections.inc({ reason }),
     countWebhookAttempt: (result) => webhookAttempts.inc({ result }),
   };
+}
+
+// Every state a replica can be in: in use, or left out for one reason (docs/operations.md#read-replicas).
+const REPLICA_STATES = Object.keys({
+  in_use: true,
+  unreachable: true,
+  promoted: true,
+  other_cluster: true,
+  paused: true,
+  unmeasured: true,
+  lagging: true,
+} satisfies Record<ReplicaState['state'], true>);
+
+/**
+ * The read replicas' series (docs/operations.md#read-replicas), read from what the background
+ * checks last measured when scraped: each replica's lag and state, and the reads sent to the
+ * primary and to each replica.
+ */
+function registerReplicationMetrics(replication: Replication, registers: Registry[]): void {
+  new Gauge({
+    name: 'petstore_replica_lag_seconds',
+    help: 'How far behind the primary each read replica was last measured; absent while not measured.',
+    labelNames: ['replica'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const { name, lagMs } of replication.replicas())
+        if (lagMs !== null) this.set({ replica: name }, lagMs / 1000);
+    },
+  });
+  new Gauge({
+    name: 'petstore_replica_state',
+    help: `Each read replica's state, 1 for the one it is in: ${REPLICA_STATES.join(', ')} (in_use: read from; the others say why it is left out).`,
+    labelNames: ['replica', 'state'] as const,
+    registers,
+    collect() {
+      for (const { name, state } of replication.replicas()) {
+        for (const each of REPLICA_STATES) this.set({ replica: name, state: each }, each === state ? 1 : 0);
+      }
+    },
+  });
+  new Gauge({
+    name: 'petstore_primary_answering',
+    help: 'Whether the primary database answered its last check in time (1) or not (0), with read replicas.',
+    registers,
+    collect() {
+      this.set(replication.primaryAnswering() ? 1 : 0);
+    },
+  });
+  // Counted by the store as plain numbers (no work per read here); each scrape adds what came since.
+  const reported = new Map<string, number>();
+  const addSince = (counter: Counter<string>, labels: Record<string, string>, key: string, total: number) => {
+    counter.inc(labels, total - (reported.get(key) ?? 0));
+    reported.set(key, total);
+  };
+  new Counter({
+    name: 'petstore_primary_reads_total',
+    help: 'Reads of the animals and the feed sent to the primary (with read replicas: none in use, or the reading key wrote lately).',
+    registers,
+    collect() {
+      addSince(this, {}, '', replication.primaryReads());
+    },
+  });
+  new Counter({
+    name: 'petstore_replica_reads_total',
+    help: 'Reads of the animals and the feed sent to each read replica.',
+    labelNames: ['replica'] as const,
+    registers,
+    collect() {
+      for (const { name, reads } of replication.replicas()) addSince(this, { replica: name }, name, reads);
+    },
+  });
 }
 
 /**

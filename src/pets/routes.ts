@@ -28,8 +28,8 @@ import {
   idempotencyRetryAfter,
   locationHeader,
 } from '../schemas.js';
-import type { PetRecord, Store } from '../store/store.js';
-import { decodeCursor, encodeCursor } from './cursor.js';
+import type { PetPage, PetRecord, Store } from '../store/store.js';
+import { decodeCursor, encodeCursor, type Cursor } from './cursor.js';
 import { deprecationHeaderDocs, deprecationHeaders } from './deprecation.js';
 import type { PageCache } from './page-cache.js';
 import { claimFor, InFlight, inFlight, mismatch, readIdempotencyKey } from './idempotency.js';
@@ -80,7 +80,7 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
             description: 'A page of animals.',
             headers: {
               ...answerHeaders,
-              // The longest: limit=100, status=available and a cursor of 39 characters.
+              // The longest: limit=100, status=available and a cursor of 67 characters.
               Link: {
                 type: 'string',
                 maxLength: 128,
@@ -105,7 +105,10 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
     (request, reply) => {
       const { limit = 20, status, cursor } = request.query;
       const after = cursor === undefined ? undefined : readCursor(cursor, status);
-      const found = store.listPets({ status, afterId: after, limit: limit + 1 });
+      const found = store.listPets(
+        { status, afterId: after?.afterId, limit: limit + 1, atLeast: after?.readAt },
+        request.apiKeyId,
+      );
       // Rows read at once are sent at once: no promise for a synchronous read (Store's Read).
       if (found instanceof Promise) {
         return found.then((pets) => {
@@ -121,11 +124,12 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
    * Sends `pets`, read with one more than the page's limit, as the page: with its `Link` when
    * another follows, kept to be sent again when the cache wants it.
    */
-  function sendPage(url: string, reply: FastifyReply, pets: PetRecord[]): FastifyReply {
+  function sendPage(url: string, reply: FastifyReply, pets: PetPage): FastifyReply {
     const { limit = 20, status } = reply.request.query as ListQuery;
     if (pets.length <= limit) return reply.send(pets);
     pets.length = limit;
-    const next = encodeCursor({ afterId: pets[limit - 1]!.id, status });
+    // With read replicas, the next page is read where this one's position is replayed.
+    const next = encodeCursor({ afterId: pets[limit - 1]!.id, status, readAt: pets.readAt });
     const link = `</v1/pets?limit=${limit}${status ? `&status=${status}` : ''}&cursor=${next}>; rel="next"`;
     reply.header('link', link);
     if (!pages?.wanted(url)) return reply.send(pets);
@@ -137,7 +141,7 @@ export function listPets(app: FastifyInstance, { store, authenticate, pages }: P
   }
 }
 
-function readCursor(text: string, status: PetStatus | undefined): bigint {
+function readCursor(text: string, status: PetStatus | undefined): Cursor {
   const cursor = decodeCursor(text);
   if (!cursor) {
     throw new ApiError(
@@ -151,7 +155,7 @@ function readCursor(text: string, status: PetStatus | undefined): bigint {
       `Query parameter 'cursor' was issued for ${cursor.status ? `status=${cursor.status}` : 'no status filter'}; use it with the same status.`,
     );
   }
-  return cursor.afterId;
+  return cursor;
 }
 
 export function createPet(app: FastifyInstance, { store, authenticate }: PetDeps) {
@@ -217,7 +221,7 @@ export function createPet(app: FastifyInstance, { store, authenticate }: PetDeps
       const pet = { name, categoryId, status };
       const { idempotency, apiKeyId } = request;
       if (!idempotency || apiKeyId === undefined) {
-        const created = await store.createPet(pet);
+        const created = await store.createPet(pet, apiKeyId);
         return reply.code(201).header('location', `/v1/pets/${created.id}`).send(created);
       }
       const claim = claimFor(apiKeyId, idempotency, request.now);
@@ -303,7 +307,7 @@ export function getPet(
     },
     (request, reply) => {
       const { petId } = request.params;
-      const found = store.getPet(petId);
+      const found = store.getPet(petId, request.apiKeyId);
       // A row read at once is sent at once: no promise for a synchronous read (Store's Read).
       if (found instanceof Promise) return found.then((pet) => petOrNotFound(petId, pet));
       reply.send(petOrNotFound(petId, found));

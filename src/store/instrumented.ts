@@ -58,6 +58,10 @@ export class InstrumentedStore implements Store {
     return this.#inner.webhooks;
   }
 
+  get replication() {
+    return this.#inner.replication;
+  }
+
   isDiskError(error: unknown) {
     return this.#inner.isDiskError(error);
   }
@@ -133,24 +137,24 @@ export class InstrumentedStore implements Store {
     return this.#watch('migrate', true, performance.now(), this.#inner.migrate(onApplied));
   }
 
-  createPet(pet: NewPetRecord) {
-    return this.#watch('createPet', true, performance.now(), this.#inner.createPet(pet));
+  createPet(pet: NewPetRecord, keyId?: number) {
+    return this.#watch('createPet', true, performance.now(), this.#inner.createPet(pet, keyId));
   }
 
   createPetOnce(pet: NewPetRecord, claim: IdempotencyClaim, respond: (pet: PetRecord) => StoredResponse) {
     return this.#watch('createPetOnce', true, performance.now(), this.#inner.createPetOnce(pet, claim, respond));
   }
 
-  getPet(id: bigint) {
-    return this.#watchRead('getPet', performance.now(), this.#inner.getPet(id));
+  getPet(id: bigint, keyId?: number) {
+    return this.#watchRead('getPet', performance.now(), this.#inner.getPet(id, keyId));
   }
 
-  listPets(query: ListQuery) {
-    return this.#watchRead('listPets', performance.now(), this.#inner.listPets(query));
+  listPets(query: ListQuery, keyId?: number) {
+    return this.#watchRead('listPets', performance.now(), this.#inner.listPets(query, keyId));
   }
 
-  listEvents(query: EventQuery) {
-    return this.#watch('listEvents', false, performance.now(), this.#inner.listEvents(query));
+  listEvents(query: EventQuery, keyId?: number) {
+    return this.#watch('listEvents', false, performance.now(), this.#inner.listEvents(query, keyId));
   }
 
   // Not a write that ends a disk failure: deleting (or finding nothing to delete) says nothing

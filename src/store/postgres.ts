@@ -1,37 +1,40 @@
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
 import { groupCalls } from './batches.js';
-import { ADVANCE_EVENT_CLOCK, EVENT_TX, HORIZON } from './postgres-event-clock.js';
+import { ADVANCE_EVENT_CLOCK, EVENT_TX } from './postgres-event-clock.js';
+import {
+  CLIENT_GRACE_MS,
+  connectPostgres,
+  ignore,
+  isUnavailable,
+  translate,
+  type PostgresConnection,
+} from './postgres-connection.js';
+import { postgresReads, type PostgresReads } from './postgres-reads.js';
+import { openReplicas } from './postgres-replicas.js';
+import { routeReads } from './postgres-routing.js';
 import { postgresWebhooks } from './postgres-webhooks.js';
 import { readMigrations, refuseUnknownMigrations, type AppliedMigration } from './migrations.js';
-import { INT64_MAX, type PetStatus } from '../schemas.js';
+import type { PetStatus } from '../schemas.js';
 import {
-  ACTIVE_KEY_COLUMNS,
   countByStatus,
   EXPIRED_PER_CREATE,
   idempotencyValues,
   KEY_COLUMNS,
-  toEvent,
   refuseRoll,
   replayFor,
-  toActiveKey,
   toKey,
   toPet,
   writeScopes,
-  type ActiveKeyRow,
-  type EventRow,
   type IdempotencyRow,
   type KeyRow,
   type PetRow,
 } from './rows.js';
 import {
   PET_COUNTS_MAX_AGE_MS,
-  StoreUnavailableError,
-  type EventQuery,
   type IdempotencyClaim,
   type KeyRoll,
   type KeyUse,
-  type ListQuery,
   type NewKeyRecord,
   type NewPetRecord,
   type OnceOutcome,
@@ -41,29 +44,24 @@ import {
   type StoredResponse,
 } from './store.js';
 
+export { withJitOff } from './postgres-connection.js';
+export { pageKey } from './postgres-reads.js';
+
 export interface PostgresOptions {
-  /** Most connections this store opens at once. */
+  /** Most connections this store opens at once, to the primary and to each replica. */
   poolSize?: number;
   /** Longest wait for a connection, and for any one statement, before StoreUnavailableError. */
   timeoutMs?: number;
   /** What the age of the animals' counts counts by. */
   clock?: Clock;
+  /** Streaming replicas of `url` to read from (DATABASE_READ_URLS; docs/operations.md#read-replicas). */
+  readUrls?: readonly string[];
+  /** How far behind the primary a replica may be and still be read from (PETSTORE_REPLICA_MAX_LAG_MS). */
+  replicaMaxLagMs?: number;
 }
-
-const INT8_OID = 20;
-
-// int8 as BigInt on this store's connections only: pg's own default is a string, and a
-// process-global override would change every other pg user in the process.
-const exactTypes = {
-  getTypeParser: ((oid: number, format?: 'text' | 'binary') => {
-    if (oid === INT8_OID && format !== 'binary') return (value: string) => BigInt(value);
-    return pg.types.getTypeParser(oid, format);
-  }) as typeof pg.types.getTypeParser,
-};
 
 // Migrations may build indexes on big tables: longer than a request may wait, still bounded.
 const MIGRATION_TIMEOUT_MS = 60_000;
-const CLIENT_GRACE_MS = 500;
 
 // Advisory locks keyed by two int4: this service's lock class plus the purpose, and the schema,
 // so instances on different schemas of one database do not wait for each other.
@@ -103,32 +101,15 @@ const statements = {
       'FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY AS u (name, category_id, status, n) ' +
       'ORDER BY n',
   ),
-  // Only events whose transaction is older than every one still running (the statement's own
-  // snapshot's xmin): any event not yet visible then sorts after the last one listed. A
-  // transaction left open anywhere in the cluster holds the feed back, never reorders it.
-  listEvents:
-    'SELECT tx, seq, type, created_at, data FROM events ' +
-    `WHERE (tx, seq) > ($1::bigint, $2::bigint) AND tx < ${HORIZON} ORDER BY tx, seq LIMIT $3`,
   // Among the $2 oldest only: bounded work whatever the table holds. Instances pruning at once
   // wait for each other's rows, then find them gone.
   pruneEvents:
     'DELETE FROM events AS e USING (SELECT tx, seq FROM events ORDER BY tx, seq LIMIT $2) AS oldest ' +
     'WHERE e.tx = oldest.tx AND e.seq = oldest.seq AND e.created_at < $1',
-  // The reads of one turn of the event loop, one statement per kind: one round trip for all.
-  getPets: `SELECT ${PET_COLUMNS} FROM pets WHERE id = ANY($1::bigint[])`,
-  // n: which page of the batch a row belongs to. Each page is its own index range scan.
-  listAllPages:
-    `SELECT q.n, p.* FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS q (after_id, size, n), ` +
-    `LATERAL (SELECT ${PET_COLUMNS} FROM pets WHERE id > q.after_id ORDER BY id LIMIT q.size) AS p ORDER BY q.n, p.id`,
-  listPagesByStatus:
-    `SELECT q.n, p.* FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q (wanted, after_id, size, n), ` +
-    `LATERAL (SELECT ${PET_COLUMNS} FROM pets WHERE status = q.wanted AND id > q.after_id ORDER BY id LIMIT q.size) AS p ` +
-    'ORDER BY q.n, p.id',
   countByStatus: 'SELECT status, count(*) AS count FROM pets GROUP BY status',
   insertKey:
     'INSERT INTO api_keys (name, hint, hash, created_at, scopes, expires_at) VALUES ($1, $2, $3, $4, $5, $6) ' +
     `RETURNING ${KEY_COLUMNS}`,
-  findKey: `SELECT ${ACTIVE_KEY_COLUMNS} FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`,
   listKeys: `SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY id`,
   revokeKey: 'UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL',
   lockFirstKey: takeLock(FIRST_KEY_LOCK),
@@ -178,57 +159,7 @@ const statements = {
 type StatementName = keyof typeof statements;
 
 // Statements that change nothing, or only a rate-limit count, and so may be sent twice.
-const RETRIED = new Set<StatementName>([
-  'getPets',
-  'listAllPages',
-  'listPagesByStatus',
-  'countByStatus',
-  'listEvents',
-  'findKey',
-  'listKeys',
-  'ping',
-]);
-
-const isConnectionLost = (error: unknown) =>
-  error instanceof Error &&
-  (error.message === 'Connection terminated unexpectedly' ||
-    ['ECONNRESET', 'EPIPE'].includes(String((error as { code?: unknown }).code)));
-
-// SQLSTATE classes and codes that mean "the database is not answering", not "the request is wrong":
-// 08 connection exception, 53 insufficient resources (too many connections), 57P01..57P03
-// shutdown or starting up, 57014 cancelled by statement_timeout, 58000 and 58030 system and I/O errors.
-const UNAVAILABLE_SQLSTATE = /^(08[0-9A-Z]{3}|53[0-9A-Z]{3}|57P0[1-3]|57014|58000|58030)$/;
-const UNAVAILABLE_NODE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ECONNABORTED',
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'EHOSTDOWN',
-  'ENETUNREACH',
-  'ENETDOWN',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-]);
-// pg and pg-pool raise these without a code when a connection is lost or too slow.
-const UNAVAILABLE_MESSAGES = [
-  'Connection terminated',
-  'timeout exceeded when trying to connect',
-  'Query read timeout',
-  'Client has encountered a connection error',
-  'Client was closed',
-];
-
-function isUnavailable(error: unknown, depth = 0): boolean {
-  if (!(error instanceof Error) || depth > 3) return false;
-  const code = (error as { code?: unknown }).code;
-  if (typeof code === 'string' && (UNAVAILABLE_SQLSTATE.test(code) || UNAVAILABLE_NODE_CODES.has(code))) return true;
-  if (UNAVAILABLE_MESSAGES.some((start) => error.message.startsWith(start))) return true;
-  // Node's happy-eyeballs connect reports one failure per address in an AggregateError.
-  if (error instanceof AggregateError && error.errors.some((inner) => isUnavailable(inner, depth + 1))) return true;
-  return isUnavailable(error.cause, depth + 1);
-}
+const RETRIED = new Set<StatementName>(['countByStatus', 'listKeys', 'ping']);
 
 // 53100 disk_full, 58000 system_error, 58030 io_error: the server cannot write (or read) its files.
 const isDiskError = (error: unknown) =>
@@ -257,150 +188,15 @@ function matchRecords(pets: NewPetRecord[], records: PetRecord[]): PetRecord[] {
   });
 }
 
-function translate(error: unknown): unknown {
-  return !(error instanceof StoreUnavailableError) && isUnavailable(error) ? new StoreUnavailableError(error) : error;
+/** Sends the statement `name` of this file on `db` (see PostgresConnection's query). */
+function runOn(db: PostgresConnection) {
+  return <R extends pg.QueryResultRow>(name: StatementName, values: unknown[] = [], client?: pg.PoolClient) =>
+    db.query<R>({ name, text: statements[name], retried: RETRIED.has(name) }, values, client);
 }
 
-const ignore = () => {};
-
-/** What makes two page queries one page: status, cursor (none is 0) and limit. */
-export const pageKey = (q: ListQuery) => `${q.status ?? ''} ${q.afterId ?? 0n} ${q.limit}`;
-
-/**
- * `url` with `-c jit=off` added to its libpq options, those it has kept: the service's
- * connections run without JIT. Its statements are short, and where the planner overestimates one
- * (the counts of events waiting, with a backlog: docs/webhooks.md#the-relay), compiling it took far
- * longer than running it.
- *
- * @example withJitOff('postgres://db/petstore?options=-c%20search_path%3Dshop')
- * // 'postgres://db/petstore?options=-c+search_path%3Dshop+-c+jit%3Doff'
- */
-export function withJitOff(url: string): string {
-  const parsed = new URL(url);
-  const options = parsed.searchParams.get('options');
-  parsed.searchParams.set('options', options ? `${options} -c jit=off` : '-c jit=off');
-  return parsed.href;
-}
-
-/**
- * A Store on PostgreSQL at `url` (`postgres://user@host:5432/db`), shared by any number of
- * service instances. Connections open lazily: opening never fails, the first query might.
- *
- * @example
- * const store = openPostgresStore('postgres://petstore@db:5432/petstore', { poolSize: 10 });
- * await store.migrate();
- */
-export function openPostgresStore(
-  url: string,
-  { poolSize = 10, timeoutMs = 5000, clock = systemClock }: PostgresOptions = {},
-): Store {
-  const connection: pg.ClientConfig = {
-    connectionString: withJitOff(url),
-    types: exactTypes,
-    application_name: 'petstore',
-    connectionTimeoutMillis: timeoutMs,
-    // Server side, so a slow statement stops using the database and the connection stays usable;
-    // client side a little later, so a server gone silent (no RST, no FIN) cannot hold a request
-    // much past the bound either.
-    statement_timeout: timeoutMs,
-    query_timeout: timeoutMs + CLIENT_GRACE_MS,
-    idle_in_transaction_session_timeout: timeoutMs * 2,
-    keepAlive: true,
-    keepAliveInitialDelayMillis: 10_000,
-  };
-  const pool = new pg.Pool({ ...connection, max: poolSize });
-  // A connection that fails while idle is dropped from the pool and replaced on the next query;
-  // without a listener, the 'error' event would end the process.
-  pool.on('error', ignore);
-  let closed: Promise<void> | undefined;
-
-  async function query<R extends pg.QueryResultRow>(
-    name: StatementName,
-    values: unknown[] = [],
-    client?: pg.PoolClient,
-  ) {
-    try {
-      return await (client ?? pool).query<R>({ name, text: statements[name], values });
-    } catch (error) {
-      // An idle pooled connection the server closed (restart, failover) fails the first statement
-      // sent on it; a read is sent once more, on another connection.
-      if (client || !RETRIED.has(name) || !isConnectionLost(error)) throw translate(error);
-      try {
-        return await pool.query<R>({ name, text: statements[name], values });
-      } catch (retryError) {
-        throw translate(retryError);
-      }
-    }
-  }
-
-  async function inTransaction<T>(run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    let client: pg.PoolClient;
-    try {
-      client = await pool.connect();
-    } catch (error) {
-      throw translate(error);
-    }
-    // pg-pool listens for errors only on idle clients; a checked-out one needs its own listener.
-    client.on('error', ignore);
-    let broken: Error | undefined;
-    try {
-      await client.query('BEGIN');
-      const result = await run(client);
-      await client.query('COMMIT');
-      return result;
-    } catch (error) {
-      const translated = translate(error);
-      if (translated instanceof StoreUnavailableError) broken = translated;
-      else await client.query('ROLLBACK').catch((rollbackError: Error) => void (broken = rollbackError));
-      throw translated;
-    } finally {
-      client.removeListener('error', ignore);
-      // A broken connection (or one whose statement may still be running) is destroyed, not reused.
-      client.release(broken);
-    }
-  }
-
-  const writeUses = async (name: 'writeKeyUses' | 'writeDeprecatedUses', uses: KeyUse[]) => {
-    await query(name, [uses.map((use) => use.id), uses.map((use) => new Date(use.at))]);
-  };
-  const keyListeners: (() => void)[] = [];
-  const keysChanged = () => keyListeners.forEach((listener) => listener());
-  const newKeyValues = (key: NewKeyRecord) => [
-    key.name,
-    key.hint,
-    key.hash,
-    key.createdAt,
-    writeScopes(key.scopes),
-    key.expiresAt ?? null,
-  ];
-
-  // The newest window this instance has seen; when a newer one begins, older counts are deleted.
-  let countersWindow = -Infinity;
-  const forgetOldCounters = (windowStart: number) => {
-    if (windowStart <= countersWindow) return;
-    countersWindow = windowStart;
-    // Not awaited: no request waits for the cleanup, and a failed one is retried next window.
-    query('deleteOldCounters', [windowStart]).catch(ignore);
-  };
-
-  // The animals' counts, cached: a GROUP BY over every animal at most once per
-  // PET_COUNTS_MAX_AGE_MS per instance, however often /metrics is scraped. Counting them as they
-  // are created instead (a trigger-kept table) costs every create 20-40 % more time
-  // (docs/operations-resilience.md); the GROUP BY runs on the server, and the process waits for
-  // it without blocking.
-  let counted: { at: number; counts: Record<PetStatus, number> } | undefined;
-  let counting: Promise<Record<PetStatus, number>> | undefined;
-  const countPets = async () => {
-    const at = clock.now();
-    try {
-      const { rows } = await query<{ status: PetStatus; count: bigint }>('countByStatus');
-      counted = { at, counts: countByStatus(rows) };
-      return counted.counts;
-    } finally {
-      counting = undefined;
-    }
-  };
-
+/** The creates of the animals, each with its event (the outbox), grouped per turn of the event loop. */
+function petWrites(db: PostgresConnection, clock: Clock) {
+  const query = runOn(db);
   const petValues = (pet: NewPetRecord) => [pet.name, pet.categoryId, pet.status, new Date(clock.now())];
   const insertOne = async (pet: NewPetRecord) => toPet((await query<PetRow>('insertPet', petValues(pet))).rows[0]!);
   // Group commit: the creates of one turn of the event loop share a round trip, a commit and its
@@ -422,130 +218,16 @@ export function openPostgresStore(
     }
   });
 
-  // The reads of one turn, grouped the same way (a read alone is a group of one): fewer round
-  // trips, and less work per read for both the driver and the database.
-  const getPets = groupCalls(async (ids: bigint[]): Promise<PromiseSettledResult<PetRecord | undefined>[]> => {
-    const { rows } = await query<PetRow>('getPets', [ids]);
-    const found = new Map(rows.map((row) => [row.id, toPet(row)]));
-    return ids.map((id) => ({ status: 'fulfilled', value: found.get(id) }));
-  });
-  // The pages of one turn, one statement per kind; each row goes back to its page by n, the
-  // page's place in the group. A page that several requests of the turn ask for (the first
-  // page, by every client at once) is read once: groupCalls keys the queries, and listPets gives
-  // each caller a copy, since the route cuts the page it gets to the limit.
-  const groupPages = (name: 'listAllPages' | 'listPagesByStatus', values: (queries: ListQuery[]) => unknown[]) =>
-    groupCalls(async (queries: ListQuery[]) => {
-      const { rows } = await query<PetRow & { n: bigint }>(name, values(queries));
-      const pages = queries.map((): PetRecord[] => []);
-      for (const row of rows) pages[Number(row.n) - 1]!.push(toPet(row));
-      return pages.map((value) => ({ status: 'fulfilled', value }) as const);
-    }, pageKey);
-  const listAllPages = groupPages('listAllPages', (queries) => [
-    queries.map((q) => q.afterId ?? 0n),
-    queries.map((q) => q.limit),
-  ]);
-  const listPagesByStatus = groupPages('listPagesByStatus', (queries) => [
-    queries.map((q) => q.status),
-    queries.map((q) => q.afterId ?? 0n),
-    queries.map((q) => q.limit),
-  ]);
-
-  // A write that reaches the disk, as a create does, rolled back (it costs an id): see InstrumentedStore.
-  const probeWrite = async () => {
-    const rolledBack = new Error('rolled back');
-    await inTransaction(async (client) => {
-      await query('insertPet', petValues({ name: 'write probe', categoryId: 0n, status: 'available' }), client);
-      throw rolledBack;
-    }).catch((error: unknown) => {
-      if (error !== rolledBack) throw error;
-    });
-  };
-
-  const store: Store = {
-    idsVisibleInOrder: false,
-    webhooks: postgresWebhooks(async (text, values, client) => {
-      try {
-        return await (client ?? pool).query(text, values);
-      } catch (error) {
-        throw translate(error);
-      }
-    }, inTransaction),
-    isDiskError,
-    probeWrite,
-
-    async addHits(windowStart: number, subjects: string[], hits: number[]) {
-      forgetOldCounters(windowStart);
-      const { rows } = await query<{ subject: string; hits: number }>('writeHits', [windowStart, subjects, hits]);
-      return new Map(rows.map((row) => [row.subject, row.hits]));
-    },
-
-    async migrate(onApplied?: (name: string, ms: number) => void) {
-      const client = new pg.Client({
-        ...connection,
-        statement_timeout: MIGRATION_TIMEOUT_MS,
-        query_timeout: MIGRATION_TIMEOUT_MS + CLIENT_GRACE_MS,
-      });
-      client.on('error', ignore);
-      try {
-        await client.connect();
-        const names: string[] = [];
-        await client.query('BEGIN');
-        try {
-          // Instances starting together migrate one at a time; the others then find nothing to do.
-          await client.query(takeLock(MIGRATE_LOCK));
-          await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
-            version INTEGER PRIMARY KEY,
-            name TEXT NOT NULL,
-            applied_at TIMESTAMPTZ NOT NULL
-          )`);
-          const { rows } = await client.query<{ version: number; name: string }>(
-            'SELECT version, name FROM schema_migrations',
-          );
-          const known = readMigrations('postgres');
-          // Before anything is written (the ROLLBACK below undoes the CREATE TABLE IF NOT EXISTS).
-          refuseUnknownMigrations(known, rows);
-          const applied = new Set(rows.map((row) => row.version));
-          for (const migration of known) {
-            if (applied.has(migration.version)) continue;
-            const started = performance.now();
-            await client.query(migration.sql);
-            await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, now())', [
-              migration.version,
-              migration.name,
-            ]);
-            names.push(migration.name);
-            onApplied?.(migration.name, performance.now() - started);
-          }
-          for (const statement of ADVANCE_EVENT_CLOCK) await client.query(statement);
-          await client.query('COMMIT');
-        } catch (error) {
-          // On a lost or timed-out connection, closing it is the rollback.
-          if (!isUnavailable(error)) await client.query('ROLLBACK').catch(ignore);
-          throw error;
-        }
-        return names;
-      } catch (error) {
-        throw translate(error);
-      } finally {
-        await client.end().catch(ignore);
-      }
-    },
-
-    async ping() {
-      await query('ping');
-    },
-
+  return {
     // Resolves once the statement holding it committed: see inserts.
-    async createPet(pet: NewPetRecord) {
-      return inserts.call(pet);
-    },
+    createPet: (pet: NewPetRecord) => inserts.call(pet),
 
     async createPetOnce(
       pet: NewPetRecord,
       claim: IdempotencyClaim,
       respond: (pet: PetRecord) => StoredResponse,
     ): Promise<OnceOutcome> {
-      return inTransaction(async (client): Promise<OnceOutcome> => {
+      return db.inTransaction(async (client): Promise<OnceOutcome> => {
         const { rows: lock } = await query<{ locked: boolean }>('lockIdempotency', [claim.apiKeyId, claim.key], client);
         if (!lock[0]!.locked) return { kind: 'in_flight' };
         await query('deleteExpiredIdempotency', [claim.now], client);
@@ -562,41 +244,44 @@ export function openPostgresStore(
       });
     },
 
-    async getPet(id: bigint) {
-      return getPets.call(id);
+    // A write that reaches the disk, as a create does, rolled back (it costs an id): see InstrumentedStore.
+    async probeWrite() {
+      const rolledBack = new Error('rolled back');
+      await db
+        .inTransaction(async (client) => {
+          await query('insertPet', petValues({ name: 'write probe', categoryId: 0n, status: 'available' }), client);
+          throw rolledBack;
+        })
+        .catch((error: unknown) => {
+          if (error !== rolledBack) throw error;
+        });
     },
 
-    async listPets(list: ListQuery) {
-      const page = await (list.status ? listPagesByStatus : listAllPages).call(list);
-      return page.slice();
-    },
+    settle: () => inserts.settle(),
+  };
+}
 
-    async countPetsByStatus() {
-      if (counted && clock.now() - counted.at < PET_COUNTS_MAX_AGE_MS) return counted.counts;
-      counting ??= countPets();
-      return counting;
-    },
+/** Issuing, listing, rolling and revoking keys, and writing their uses. */
+function keyWrites(db: PostgresConnection) {
+  const query = runOn(db);
+  const writeUses = async (name: 'writeKeyUses' | 'writeDeprecatedUses', uses: KeyUse[]) => {
+    await query(name, [uses.map((use) => use.id), uses.map((use) => new Date(use.at))]);
+  };
+  const keyListeners: (() => void)[] = [];
+  const keysChanged = () => keyListeners.forEach((listener) => listener());
+  const newKeyValues = (key: NewKeyRecord) => [
+    key.name,
+    key.hint,
+    key.hash,
+    key.createdAt,
+    writeScopes(key.scopes),
+    key.expiresAt ?? null,
+  ];
 
-    async listEvents({ after, limit }: EventQuery) {
-      // A position past int64 (never issued) sorts after every event.
-      if (after && after.tx > INT64_MAX) return [];
-      const { rows } = await query<EventRow>('listEvents', [after?.tx ?? 0n, after?.seq ?? 0n, limit]);
-      return rows.map(toEvent);
-    },
-
-    async pruneEvents(before: Date, limit: number) {
-      const { rowCount } = await query('pruneEvents', [before, limit]);
-      return rowCount ?? 0;
-    },
-
+  return {
     async createKey(key: NewKeyRecord) {
       const { rows } = await query<KeyRow>('insertKey', newKeyValues(key));
       return toKey(rows[0]!);
-    },
-
-    async findActiveKey(hash: Buffer) {
-      const { rows } = await query<ActiveKeyRow>('findKey', [hash]);
-      return rows[0] && toActiveKey(rows[0]);
     },
 
     writeKeyUses: (uses: KeyUse[]) => writeUses('writeKeyUses', uses),
@@ -609,7 +294,7 @@ export function openPostgresStore(
 
     async rollKey({ id, successor, oldExpiresAt, at }: KeyRoll): Promise<RollOutcome> {
       keysChanged();
-      return inTransaction(async (client): Promise<RollOutcome> => {
+      return db.inTransaction(async (client): Promise<RollOutcome> => {
         const { rows } = await query<KeyRow>('lockKey', [id], client);
         const refused = refuseRoll(rows[0], at);
         if (refused) return refused;
@@ -638,25 +323,174 @@ export function openPostgresStore(
     async createFirstKey(key: NewKeyRecord) {
       // READ COMMITTED takes a new snapshot per statement: once the lock is ours, NOT EXISTS sees
       // any key another instance committed while we waited.
-      const row = await inTransaction(async (client) => {
+      const row = await db.inTransaction(async (client) => {
         await query('lockFirstKey', [], client);
         const { rows } = await query<KeyRow>('insertFirstKey', newKeyValues(key), client);
         return rows[0];
       });
       return row && toKey(row);
     },
+  };
+}
 
+/** The shared rate-limit counts, and the deletion of windows that have passed. */
+function rateCounts(db: PostgresConnection) {
+  const query = runOn(db);
+  // The newest window this instance has seen; when a newer one begins, older counts are deleted.
+  let countersWindow = -Infinity;
+  const forgetOldCounters = (windowStart: number) => {
+    if (windowStart <= countersWindow) return;
+    countersWindow = windowStart;
+    // Not awaited: no request waits for the cleanup, and a failed one is retried next window.
+    query('deleteOldCounters', [windowStart]).catch(ignore);
+  };
+  return async (windowStart: number, subjects: string[], hits: number[]) => {
+    forgetOldCounters(windowStart);
+    const { rows } = await query<{ subject: string; hits: number }>('writeHits', [windowStart, subjects, hits]);
+    return new Map(rows.map((row) => [row.subject, row.hits]));
+  };
+}
+
+/**
+ * The animals' counts, cached: a GROUP BY over every animal at most once per
+ * PET_COUNTS_MAX_AGE_MS per instance, however often /metrics is scraped. Counting them as they
+ * are created instead (a trigger-kept table) costs every create 20-40 % more time
+ * (docs/operations-resilience.md); the GROUP BY runs on the server, and the process waits for
+ * it without blocking.
+ */
+function petCounts(db: PostgresConnection, clock: Clock) {
+  const query = runOn(db);
+  let counted: { at: number; counts: Record<PetStatus, number> } | undefined;
+  let counting: Promise<Record<PetStatus, number>> | undefined;
+  const countPets = async () => {
+    const at = clock.now();
+    try {
+      const { rows } = await query<{ status: PetStatus; count: bigint }>('countByStatus');
+      counted = { at, counts: countByStatus(rows) };
+      return counted.counts;
+    } finally {
+      counting = undefined;
+    }
+  };
+  return async () => {
+    if (counted && clock.now() - counted.at < PET_COUNTS_MAX_AGE_MS) return counted.counts;
+    counting ??= countPets();
+    return counting;
+  };
+}
+
+/** Applies the migrations not yet applied, on a connection of its own with a longer bound. */
+async function migrate(db: PostgresConnection, onApplied?: (name: string, ms: number) => void) {
+  const client = new pg.Client({
+    ...db.config,
+    statement_timeout: MIGRATION_TIMEOUT_MS,
+    query_timeout: MIGRATION_TIMEOUT_MS + CLIENT_GRACE_MS,
+  });
+  client.on('error', ignore);
+  try {
+    await client.connect();
+    const names: string[] = [];
+    await client.query('BEGIN');
+    try {
+      // Instances starting together migrate one at a time; the others then find nothing to do.
+      await client.query(takeLock(MIGRATE_LOCK));
+      await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+        version INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        applied_at TIMESTAMPTZ NOT NULL
+      )`);
+      const { rows } = await client.query<{ version: number; name: string }>(
+        'SELECT version, name FROM schema_migrations',
+      );
+      const known = readMigrations('postgres');
+      // Before anything is written (the ROLLBACK below undoes the CREATE TABLE IF NOT EXISTS).
+      refuseUnknownMigrations(known, rows);
+      const applied = new Set(rows.map((row) => row.version));
+      for (const migration of known) {
+        if (applied.has(migration.version)) continue;
+        const started = performance.now();
+        await client.query(migration.sql);
+        await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, now())', [
+          migration.version,
+          migration.name,
+        ]);
+        names.push(migration.name);
+        onApplied?.(migration.name, performance.now() - started);
+      }
+      for (const statement of ADVANCE_EVENT_CLOCK) await client.query(statement);
+      await client.query('COMMIT');
+    } catch (error) {
+      // On a lost or timed-out connection, closing it is the rollback.
+      if (!isUnavailable(error)) await client.query('ROLLBACK').catch(ignore);
+      throw error;
+    }
+    return names;
+  } catch (error) {
+    throw translate(error);
+  } finally {
+    await client.end().catch(ignore);
+  }
+}
+
+/**
+ * The Store on the primary alone: every write, and the reads `reads` answers (the primary's own).
+ * Writes, key checks, rate counts, idempotency, migrations and the webhook relay always run here.
+ */
+function primaryStore(db: PostgresConnection, reads: PostgresReads, clock: Clock): Store {
+  const query = runOn(db);
+  const pets = petWrites(db, clock);
+  const keys = keyWrites(db);
+  return {
+    idsVisibleInOrder: false,
+    webhooks: postgresWebhooks(async (text, values, client) => {
+      try {
+        return await (client ?? db.pool).query(text, values);
+      } catch (error) {
+        throw translate(error);
+      }
+    }, db.inTransaction),
+    isDiskError,
+    probeWrite: pets.probeWrite,
+    addHits: rateCounts(db),
+    migrate: (onApplied) => migrate(db, onApplied),
+    ping: async () => void (await query('ping')),
+    createPet: pets.createPet,
+    createPetOnce: pets.createPetOnce,
+    getPet: reads.getPet,
+    listPets: reads.listPets,
+    countPetsByStatus: petCounts(db, clock),
+    listEvents: reads.listEvents,
+    async pruneEvents(before: Date, limit: number) {
+      const { rowCount } = await query('pruneEvents', [before, limit]);
+      return rowCount ?? 0;
+    },
+    findActiveKey: reads.findActiveKey,
+    ...keys,
     async close() {
-      closed ??= Promise.all([
-        inserts.settle(),
-        getPets.settle(),
-        listAllPages.settle(),
-        listPagesByStatus.settle(),
-      ]).then(() => pool.end());
-      await closed;
+      await Promise.all([pets.settle(), reads.settle()]);
+      await db.close();
     },
   };
-  return store;
+}
+
+/**
+ * A Store on PostgreSQL at `url` (`postgres://user@host:5432/db`), shared by any number of
+ * service instances. Connections open lazily: opening never fails, the first query might. With
+ * `readUrls`, the animals and the feed are read from those streaming replicas of it while they
+ * keep up (postgres-replicas.ts measures them, postgres-routing.ts sends each read).
+ *
+ * @example
+ * const store = openPostgresStore('postgres://petstore@db:5432/petstore', { poolSize: 10 });
+ * await store.migrate();
+ */
+export function openPostgresStore(
+  url: string,
+  { poolSize = 10, timeoutMs = 5000, clock = systemClock, readUrls = [], replicaMaxLagMs = 1000 }: PostgresOptions = {},
+): Store {
+  const primary = connectPostgres(url, { poolSize, timeoutMs });
+  if (readUrls.length === 0) return primaryStore(primary, postgresReads(primary), clock);
+  const replicas = openReplicas(url, readUrls, { poolSize, timeoutMs, maxLagMs: replicaMaxLagMs });
+  return routeReads(primaryStore(primary, postgresReads(primary, 'primary'), clock), replicas, timeoutMs);
 }
 
 /**

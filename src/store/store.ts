@@ -18,7 +18,19 @@ export interface ListQuery {
   /** Only animals with a greater id: keyset paging, never OFFSET. */
   afterId?: bigint;
   limit: number;
+  /**
+   * The position the page before was read at (PetPage's readAt): this one is read from a
+   * database that has replayed at least that much, so it misses nothing the page before saw.
+   */
+  atLeast?: bigint;
 }
+
+/**
+ * A page of animals, ascending id. `readAt` (not enumerable): the PostgreSQL WAL position the
+ * page was read at, when read replicas are configured (docs/operations.md#read-replicas); the next
+ * page's cursor carries it, as ListQuery's atLeast.
+ */
+export type PetPage = PetRecord[] & { readAt?: bigint };
 
 export interface KeyRecord {
   id: number;
@@ -132,6 +144,8 @@ export interface Store {
   readonly idsVisibleInOrder: boolean;
   /** Webhook endpoints, their deliveries and attempts (docs/webhooks.md). */
   readonly webhooks: WebhookStore;
+  /** The read replicas and how each is used (PostgreSQL with DATABASE_READ_URLS); absent without. */
+  readonly replication?: Replication;
 
   /**
    * Applies the migrations not yet applied; returns their names. `onApplied` hears of each one
@@ -149,7 +163,7 @@ export interface Store {
    * Resolves once the animal is durable, with its `pet.created` event, written in the same
    * transaction (the outbox: docs/events.md), its `createdAt` read from the store's clock.
    */
-  createPet(pet: NewPetRecord): Promise<PetRecord>;
+  createPet(pet: NewPetRecord, keyId?: number): Promise<PetRecord>;
   /**
    * Creates the animal unless `claim` was already used: then the stored first response.
    * The animal, its event and the response `respond` makes for it are stored in one transaction;
@@ -160,10 +174,14 @@ export interface Store {
     claim: IdempotencyClaim,
     respond: (pet: PetRecord) => StoredResponse,
   ): Promise<OnceOutcome>;
-  /** Answers at once where the store can (see Read). */
-  getPet(id: bigint): Read<PetRecord | undefined>;
-  /** Ascending id. Answers at once where the store can (see Read). */
-  listPets(query: ListQuery): Read<PetRecord[]>;
+  /**
+   * Answers at once where the store can (see Read). `keyId`, the API key the read is made for:
+   * it sees what the key wrote through this store (createPet's keyId), whichever database
+   * answers (docs/operations.md#read-replicas); none: it sees everything written through it.
+   */
+  getPet(id: bigint, keyId?: number): Read<PetRecord | undefined>;
+  /** Ascending id. Answers at once where the store can (see Read); `keyId` as getPet's. */
+  listPets(query: ListQuery, keyId?: number): Read<PetPage>;
   /**
    * How many animals have each status, counted at most PET_COUNTS_MAX_AGE_MS ago; every status
    * is present, 0 when none. Cheap whatever the number of animals: no scan on each call.
@@ -173,9 +191,9 @@ export interface Store {
   /**
    * Events in position order, after `query.after`. Never one before an event that is not yet
    * visible: a page, once listed, is never followed by an event that sorts before its last one,
-   * whatever the instances write meanwhile.
+   * whatever the instances write meanwhile, whichever database answers. `keyId` as getPet's.
    */
-  listEvents(query: EventQuery): Promise<EventRecord[]>;
+  listEvents(query: EventQuery, keyId?: number): Promise<EventRecord[]>;
   /**
    * Deletes events created before `before`, at most `limit`, oldest first; resolves to how many.
    * Looks at no more than the `limit` oldest events: bounded work whatever the table holds.
@@ -219,6 +237,52 @@ export interface Store {
   addHits(windowStart: number, subjects: string[], hits: number[]): Promise<Map<string, number>>;
 
   close(): Promise<void>;
+}
+
+/** Why a replica is not read from (docs/operations.md#read-replicas). */
+export type LeftOut =
+  /** Its last check failed or did not answer in time, or a read found it unreachable. */
+  | 'unreachable'
+  /** Not in recovery: promoted, or not a replica at all. */
+  | 'promoted'
+  /** A replica of another cluster than DATABASE_URL's. */
+  | 'other_cluster'
+  /** Its replay is paused (pg_wal_replay_pause()). */
+  | 'paused'
+  /** Not measured against the primary yet. */
+  | 'unmeasured'
+  /** Further behind than PETSTORE_REPLICA_MAX_LAG_MS (taken back within half of it). */
+  | 'lagging';
+
+/** One replica as this instance sees it. */
+export interface ReplicaState {
+  /** host:port/database: no user name, password or parameters. */
+  name: string;
+  state: 'in_use' | LeftOut;
+  /** How far behind the primary it was last measured, in ms; null when not measured. */
+  lagMs: number | null;
+  /** Reads this instance sent it. */
+  reads: number;
+}
+
+/** A change /readyz's log reports: a replica left out or taken back, the primary lost or found. */
+export type ReplicationChange =
+  { kind: 'replica'; replica: ReplicaState; was: ReplicaState['state'] } | { kind: 'primary'; answering: boolean };
+
+/** The read replicas of a PostgreSQL store (docs/operations.md#read-replicas), as last measured. */
+export interface Replication {
+  /** host:port/database of the primary (DATABASE_URL). */
+  readonly primaryName: string;
+  /** Whether the primary answered its last check in time. */
+  primaryAnswering(): boolean;
+  /** Reads this instance sent the primary. */
+  primaryReads(): number;
+  replicas(): ReplicaState[];
+  /**
+   * Calls `listener` on each change, as the background checks find it; at once, with what the
+   * checks made before it found (each replica as a change from `unmeasured`).
+   */
+  onChange(listener: (change: ReplicationChange) => void): void;
 }
 
 /** How old countPetsByStatus's answer may be (PostgreSQL caches a GROUP BY; SQLite's is exact). */

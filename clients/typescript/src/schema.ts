@@ -353,7 +353,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; retry later. */
+            /** @description unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds. */
             503: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -362,6 +362,8 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
@@ -654,7 +656,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; retry later. */
+            /** @description unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds. */
             503: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -663,6 +665,8 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
@@ -923,7 +927,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; retry later. */
+            /** @description unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds. */
             503: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -932,6 +936,8 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
@@ -1137,7 +1143,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; retry later. */
+            /** @description unavailable: the database cannot be reached (with read replicas: a write while the primary does not answer); retry after Retry-After seconds. */
             503: {
                 headers: {
                     /** @description The caller's X-Request-Id when it is 1 to 128 visible ASCII characters, else a new UUID; it names the request in the service's log. */
@@ -1146,6 +1152,8 @@ export interface operations {
                     "Cache-Control"?: "no-store";
                     /** @description Browsers take the Content-Type as sent. */
                     "X-Content-Type-Options"?: "nosniff";
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: string;
                     /** @description The API key's quota: `"default";q=<requests>;w=<seconds>`; on every answer once the key was found valid and counted, absent when rate limits are off. */
                     "RateLimit-Policy"?: string;
                     /** @description What is left of it: `"default";r=<requests left>;t=<seconds until the window ends>`. */
