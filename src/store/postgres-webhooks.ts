@@ -1,16 +1,19 @@
 import type pg from 'pg';
 import { HORIZON } from './postgres-event-clock.js';
 import { toEvent, type EventRow } from './rows.js';
+import type { EventPosition } from './store.js';
 import {
   secretsAt,
   toAttempt,
   toEndpoint,
   ATTEMPTS_KEPT,
+  type AttemptOutcome,
   type AttemptRow,
+  type ClaimQuery,
   type EndpointRow,
-} from './sqlite-webhooks.js';
-import type { EventPosition } from './store.js';
-import type { AttemptOutcome, ClaimQuery, NewWebhookEndpoint, WebhookStore } from './webhooks.js';
+  type NewWebhookEndpoint,
+  type WebhookStore,
+} from './webhooks.js';
 
 export type Run = <R extends pg.QueryResultRow>(
   text: string,

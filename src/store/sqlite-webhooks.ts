@@ -1,68 +1,18 @@
 import type Database from 'better-sqlite3';
 import { toEvent, type EventRow } from './rows.js';
 import type { EventPosition } from './store.js';
-import type {
-  AttemptOutcome,
-  ClaimQuery,
-  NewWebhookEndpoint,
-  WebhookAttemptRecord,
-  WebhookEndpointRecord,
-  WebhookStore,
+import {
+  secretsAt,
+  toAttempt,
+  toEndpoint,
+  ATTEMPTS_KEPT,
+  type AttemptOutcome,
+  type AttemptRow,
+  type ClaimQuery,
+  type EndpointRow,
+  type NewWebhookEndpoint,
+  type WebhookStore,
 } from './webhooks.js';
-
-type Int = bigint | number | null;
-
-/** A `webhook_endpoints` row with its waiting count, as both stores read it. */
-export interface EndpointRow {
-  id: Int;
-  url: string;
-  description: string;
-  created_at: Int;
-  disabled_at: Int;
-  last_success_at: Int;
-  last_failure_at: Int;
-  previous_until: Int;
-  waiting: Int;
-}
-
-export interface AttemptRow {
-  endpoint_id: Int;
-  event_id: string;
-  attempt: Int;
-  at: Int;
-  status: Int;
-  error: string | null;
-  duration_ms: Int;
-}
-
-const date = (ms: Int) => (ms === null ? null : new Date(Number(ms)));
-
-export const toEndpoint = (row: EndpointRow): WebhookEndpointRecord => ({
-  id: Number(row.id),
-  url: row.url,
-  description: row.description,
-  createdAt: new Date(Number(row.created_at)),
-  disabledAt: date(row.disabled_at),
-  lastSuccessAt: date(row.last_success_at),
-  lastFailureAt: date(row.last_failure_at),
-  previousSecretUntil: date(row.previous_until),
-  waiting: Number(row.waiting ?? 0),
-});
-
-export const toAttempt = (row: AttemptRow): WebhookAttemptRecord => ({
-  endpointId: Number(row.endpoint_id),
-  eventId: row.event_id,
-  attempt: Number(row.attempt),
-  at: new Date(Number(row.at)),
-  status: row.status === null ? null : Number(row.status),
-  error: row.error,
-  durationMs: Number(row.duration_ms),
-});
-
-/** The secrets to sign with at `now`: the current one, and the replaced one while its grace lasts. */
-export function secretsAt(now: number, secret: string, previous: string | null, until: Int): string[] {
-  return previous !== null && until !== null && Number(until) > now ? [secret, previous] : [secret];
-}
 
 /**
  * The `limit` deliveries to lease among `rows` (each endpoint's earliest due, in next_at order,
@@ -84,9 +34,6 @@ export function inTurns<T extends { endpoint_id: bigint | number; next_at: bigin
   turns.sort((a, b) => a.turn - b.turn || a.at - b.at);
   return turns.slice(0, limit).map(({ row }) => row);
 }
-
-/** Attempts kept per endpoint for `webhooks deliveries`. */
-export const ATTEMPTS_KEPT = 100;
 
 // Events owed to an endpoint: its deliveries waiting, and the events after its cursor.
 // A disabled endpoint is owed no event created while it is disabled (enable moves its cursor).
