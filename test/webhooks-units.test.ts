@@ -6,7 +6,7 @@ import { test, type TestContext } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import { loadConfig } from '../src/config.js';
 import { ANSWER_BODY_LIMIT, postEvent } from '../src/events/deliver.js';
-import { MAX_RETRY_DELAY_MS, retryDelay } from '../src/events/relay.js';
+import { MAX_RETRY_DELAY_MS, retryDelay } from '../src/events/retries.js';
 import { makeSecret, sign, signatures } from '../src/events/signature.js';
 import { refuseWebhookUrl } from '../src/events/url-policy.js';
 import { startReceiver } from './webhooks.js';
