@@ -4,16 +4,14 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { settings, type Config } from './config.js';
-import { startRelay } from './events/relay.js';
 import { issueFirstKey } from './keys/issue.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/store.js';
 import { startTracing, stopTracing } from './tracing.js';
 import { version } from './version.js';
 
+// The relay waits for its attempts in flight within it (src/events/events.ts, RELAY_GRACE_MS).
 const DRAIN_MS = 10_000;
-// Within the drain's bound: webhook attempts still in flight then are stopped and given back.
-const RELAY_GRACE_MS = 6_000;
 // Within the drain's bound: a collector that does not answer loses the last spans, not the exit.
 const FLUSH_MS = 3_000;
 
@@ -151,7 +149,8 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
     // Before the store: the PostgreSQL client is instrumented as it is loaded.
     await startTracing(config);
     ({ store } = await openMigratedStore(config));
-    app = await buildApp({ config, store });
+    // docs/webhooks.md#the-relay: off on an instance that only serves the API.
+    app = await buildApp({ config, store, deliverWebhooks: config.webhookDelivery });
   } catch (error) {
     // An open pool would keep the process from exiting on the error.
     await store?.close().catch(() => {});
@@ -173,11 +172,6 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   const first = await issueFirstKey(store);
   if (first) announceFirstKey(first.key, app, config);
 
-  // docs/webhooks.md#the-relay: off on an instance that only serves the API.
-  const relay = config.webhookDelivery
-    ? startRelay({ store, config, log: app.log, countAttempt: (result) => app.countWebhookAttempt(result) })
-    : undefined;
-
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -188,8 +182,9 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
       process.exit(1);
     }, DRAIN_MS);
     timer.unref();
-    // New attempts stop with the requests; those in flight get the grace, then are given back.
-    await Promise.all([app.close(), relay?.stop(RELAY_GRACE_MS)]);
+    // The relay starts no new attempt from now on, and its attempts in flight get the grace
+    // (docs/webhooks.md#repeats) while the requests in flight finish.
+    await app.close();
     await store.close();
     await stopTracing(FLUSH_MS);
     process.exit(0);

@@ -140,7 +140,7 @@ test('the webhook settings: defaults, the lease after the timeout, hosts for pla
       defaults.webhookLeaseMs,
       defaults.webhookAllowHttp,
     ],
-    [true, 8, 10_000, 5000, 3 * 86_400_000, 15_000, []],
+    [true, 64, 10_000, 5000, 3 * 86_400_000, 15_000, []],
   );
   const set = loadConfig({
     PETSTORE_WEBHOOK_DELIVERY: 'off',

@@ -8,7 +8,7 @@ import { startRelay, type RelayOptions } from '../src/events/relay.js';
 import { issueKey } from '../src/keys/issue.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/store.js';
-import type { ClaimedDelivery, WebhookStore } from '../src/store/webhooks.js';
+import type { ClaimedDelivery } from '../src/store/webhooks.js';
 
 export interface Received {
   headers: IncomingHttpHeaders;
@@ -99,41 +99,18 @@ export async function until(check: () => boolean | Promise<boolean>, ms = 10_000
 }
 
 /**
- * `store` as the relay sees it, with `looked()`: resolves, to the deliveries claimed, once the
- * relay has made a whole look (hand-out, then claim) begun after the call; rejects after `ms`.
- * A test shows what the relay does at a given time with it, instead of waiting to see whether
- * something happens.
+ * `looked()`: resolves, to the deliveries leased, once the relay has made a whole look begun
+ * after the call; rejects after `ms`. `hear` is the relay's `looked` option. A test shows what
+ * the relay does at a given time with it, instead of waiting to see whether something happens.
  */
-function watchLooks(store: Store) {
-  const inner = store.webhooks;
+export function watchLooks() {
   let asked: ((claimed: ClaimedDelivery[]) => void)[] = [];
   let begun: typeof asked = [];
-  const webhooks: WebhookStore = {
-    ...inner,
-    handOut(...args) {
-      begun.push(...asked);
-      asked = [];
-      return inner.handOut(...args);
-    },
-    async claim(query) {
-      const ending = begun;
-      begun = [];
-      let claimed: ClaimedDelivery[] = [];
-      try {
-        claimed = await inner.claim(query);
-        return claimed;
-      } finally {
-        for (const done of ending) done(claimed);
-      }
-    },
+  const hear = (claimed: ClaimedDelivery[]) => {
+    for (const done of begun) done(claimed);
+    begun = asked;
+    asked = [];
   };
-  const watched = new Proxy(store, {
-    get(target, key) {
-      if (key === 'webhooks') return webhooks;
-      const value: unknown = Reflect.get(target, key);
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-    },
-  });
   const looked = (ms = 5000) =>
     new Promise<ClaimedDelivery[]>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`the relay made no whole look within ${ms} ms`)), ms);
@@ -142,7 +119,7 @@ function watchLooks(store: Store) {
         resolve(claimed);
       });
     });
-  return { watched, looked };
+  return { hear, looked };
 }
 
 /**
@@ -156,12 +133,13 @@ export function testRelay(
 ) {
   const lines: Lines = [];
   const at = (level: string) => (object: object, msg: string) => void lines.push({ level, ...object, msg });
-  const { watched, looked } = watchLooks(store);
+  const { hear, looked } = watchLooks();
   const relay = startRelay({
-    store: watched,
+    store,
     config: relayConfig(env),
     log: { info: at('info'), warn: at('warn'), error: at('error') },
     pollMs: 20,
+    looked: hear,
     ...options,
   });
   t.after(() => relay.stop(500));

@@ -1,34 +1,18 @@
 import { randomUUID } from 'node:crypto';
-import http from 'node:http';
-import https from 'node:https';
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { systemClock, type Clock } from '../clock.js';
-import type { Config } from '../config.js';
 import { causeOf } from '../errors.js';
 import type { Store } from '../store/store.js';
-import type { AttemptOutcome, ClaimedDelivery } from '../store/webhooks.js';
-import { postEvent, type Attempt, type AttemptResult } from './deliver.js';
-import { eventJson } from './event-json.js';
-import { formatEventId } from './ids.js';
-import { retryDelay } from './retries.js';
-import { signatures } from './signature.js';
-import { refuseWebhookUrl, urlOrigin } from './url-policy.js';
+import type { AttemptOutcome, ClaimedDelivery, FinishResult } from '../store/webhooks.js';
+import { endpointAgents } from './agents.js';
+import { makeAttempt, type Log, type RelayConfig } from './attempt.js';
+import type { AttemptResult } from './deliver.js';
+import { urlOrigin } from './url-policy.js';
+import { allotSlots } from './slots.js';
+import { endpointTurns } from './turns.js';
+import { writeQueue } from './write-queue.js';
 
-type Log = {
-  info(object: object, message: string): void;
-  warn(object: object, message: string): void;
-  error(object: object, message: string): void;
-};
-
-export type RelayConfig = Pick<
-  Config,
-  | 'webhookConcurrency'
-  | 'webhookTimeoutMs'
-  | 'webhookRetryMs'
-  | 'webhookGiveUpMs'
-  | 'webhookLeaseMs'
-  | 'webhookAllowHttp'
->;
+export type { Log, RelayConfig };
 
 export interface RelayOptions {
   store: Store;
@@ -37,39 +21,38 @@ export interface RelayOptions {
   clock?: Clock;
   /** Counts one attempt by its result (/metrics: petstore_webhook_attempts_total). */
   countAttempt?: (result: AttemptResult | 'event_expired') => void;
-  /** Pause between looks for new events and due retries when there is nothing to do. */
+  /** The fallback: how often the relay looks for work when no commit or retry has woken it. */
   pollMs?: number;
-  /** Events handed out per endpoint per look. */
+  /** Events handed out to an endpoint at a time (WebhookStore.claim). */
   batch?: number;
-  /** An endpoint with this many deliveries waiting is handed no more until some are done. */
-  window?: number;
   random?: () => number;
+  /** Hears of each whole look, with the deliveries it leased (tests wait for one: test/webhooks.ts). */
+  looked?: (claimed: ClaimedDelivery[]) => void;
 }
 
 export interface Relay {
-  /** Looks for work now instead of at the next poll. */
+  /** Looks for work now: every endpoint may have deliveries due. */
   wake(): void;
   /**
-   * Starts no new attempt, waits up to `graceMs` for those in flight, then stops the rest and
-   * gives their deliveries back (due at once, for the next instance or start). Never rejects.
+   * Starts no new attempt and waits up to `graceMs` for those in flight, their outcomes written
+   * as they end; any still running then is stopped, nothing of it written: its lease expires,
+   * and the attempt is made again (docs/webhooks.md#repeats). Never rejects.
    */
   stop(graceMs?: number): Promise<void>;
 }
 
 const POLL_MS = 500;
 const BATCH = 100;
-const WINDOW = 1000;
-// Looks are at least this far apart, however fast attempts end (a receiver refusing every
-// connection): the relay's database work stays a small share of the process's time.
-const LOOK_GAP_MS = 10;
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
+// How often the relay reads the endpoints anew when commits keep waking it; every poll besides.
+const REFRESH_MS = 100;
 
 /**
- * The webhook relay (docs/webhooks.md#the-relay): it hands each enabled endpoint the events written
- * since its cursor, a bounded batch at a time, leases due deliveries (at most
- * PETSTORE_WEBHOOK_CONCURRENCY in flight) and makes each attempt, recording its outcome in the
- * store: so what it holds in memory is bounded by the concurrency and the batch, never by the
+ * The webhook relay (docs/webhooks.md#the-relay). Woken by each commit that writes events (and
+ * by a timer, the fallback, and its own retries and probes coming due), it looks for work:
+ * allotSlots (slots.ts) chooses how many deliveries to lease for each endpoint, the store leases
+ * them (handing the endpoint the events after its cursor, a bounded batch at a time), and each
+ * attempt starts at once; outcomes are written as attempts end, those of one turn together. What
+ * it holds in memory is bounded by PETSTORE_WEBHOOK_CONCURRENCY and the endpoints, never by the
  * events waiting, and a process killed mid-attempt loses nothing (the lease expires and the
  * attempt is made again). It runs in the root context: no attempt is part of a request's trace,
  * log or metrics, and no request waits for one.
@@ -82,263 +65,185 @@ export function startRelay({
   countAttempt = () => {},
   pollMs = POLL_MS,
   batch = BATCH,
-  window = WINDOW,
   random = Math.random,
+  looked = () => {},
 }: RelayOptions): Relay {
   const owner = randomUUID();
-  const agentOptions = { keepAlive: true, maxSockets: config.webhookConcurrency, timeout: config.webhookTimeoutMs };
-  const agents = { http: new http.Agent(agentOptions), https: new https.Agent(agentOptions) };
+  const concurrency = config.webhookConcurrency;
+  const turns = endpointTurns();
+  const agents = endpointAgents({ maxSockets: concurrency, timeoutMs: config.webhookTimeoutMs });
   const stopping = new AbortController();
-  // Attempts until their outcome is written (stop waits for them), and those still sending: the
-  // concurrency bounds the latter; an outcome waits at most one look to be written.
   const inFlight = new Set<Promise<void>>();
-  let sending = 0;
-  // The earliest retry this relay scheduled: the idle wait ends then rather than at the next poll.
-  let nextRetry = Infinity;
-  const outcomes: { outcome: AttemptOutcome; written: (disabled: boolean) => void }[] = [];
   let stopped = false;
-  let nudge: (() => void) | undefined;
+  // Set once stop has waited enough: an attempt that ends after records nothing.
+  let abandoned = false;
+  let looking: Promise<void> | undefined;
+  let lookAgain = false;
+  let refreshedAt = -Infinity;
   let failing = false;
+  let timer: NodeJS.Timeout | undefined;
 
-  const wake = () => {
-    nudge?.();
-    nudge = undefined;
+  const outcomes = writeQueue(async (items: AttemptOutcome[]) => {
+    const written = await store.webhooks.finish({ owner, retryMs: config.webhookRetryMs, outcomes: items });
+    turns.backoff(written.endpoints);
+    return written.outcomes;
+  });
+
+  // One look: the endpoints read anew when due, then the slots allotted and leased. True when
+  // it leased anything: the next look may find more.
+  const look = async (): Promise<boolean> => {
+    const now = clock.now();
+    if (performance.now() - refreshedAt >= REFRESH_MS) {
+      turns.refresh(await store.webhooks.relayEndpoints(), now);
+      agents.keep(turns.ids());
+      refreshedAt = performance.now();
+    }
+    turns.due(now);
+    const wants = allotSlots(turns.list(), { concurrency, now });
+    let claimed: ClaimedDelivery[] = [];
+    if (wants.length > 0 && !stopped) {
+      // The time the leases start (and the secrets are chosen) is the claim's own.
+      const at = clock.now();
+      claimed = await store.webhooks.claim({ now: at, leaseMs: config.webhookLeaseMs, owner, wants, batch });
+      turns.claimed(wants, claimed, at, config.webhookLeaseMs);
+      for (const delivery of claimed) start(delivery);
+    }
+    looked(claimed);
+    return claimed.length > 0;
   };
-  const woken = () => new Promise<void>((resolve) => (nudge = resolve));
 
-  /** Resolves once the outcome is written (flush), to whether it disabled the endpoint. */
-  const record = (outcome: AttemptOutcome) =>
-    new Promise<boolean>((written) => {
-      outcomes.push({ outcome, written });
-      wake();
-    });
-
-  // The outcomes of the attempts ended since the last look, in one transaction. One that cannot
-  // be written is lost with its lease, which expires: the attempt is then made again.
-  const flush = async () => {
-    const taken = outcomes.splice(0);
-    if (taken.length === 0) return;
-    let disabled: boolean[] = [];
+  const runLook = async () => {
+    let more = false;
     try {
-      disabled = await store.webhooks.finish(taken.map(({ outcome }) => outcome));
+      more = await look();
+      if (failing) log.info({}, 'webhook relay reaches the database again');
+      failing = false;
     } catch (error) {
-      log.warn(
-        { cause: causeOf(error), attempts: taken.length },
-        'recording webhook attempts failed; they will be made again',
-      );
+      if (!failing) log.warn({ cause: causeOf(error) }, 'webhook relay cannot read its work; trying again');
+      failing = true;
     }
-    for (const [i, { written }] of taken.entries()) written(disabled[i] ?? false);
+    looking = undefined;
+    if ((more || lookAgain) && !failing) requestLook();
+    else arm();
   };
 
-  const attempt = async (delivery: ClaimedDelivery, sent: () => void) => {
-    const { endpointId, position, event, url } = delivery;
-    const eventId = formatEventId(position);
-    const endpoint = { endpoint: endpointId, event: eventId, attempt: delivery.attempt };
-    const at = clock.now();
-    if (!event) {
-      sent();
-      countAttempt('event_expired');
-      await record({
-        record: {
-          endpointId,
-          eventId,
-          attempt: delivery.attempt,
-          at: new Date(at),
-          status: null,
-          error: 'the event is no longer kept (PETSTORE_EVENT_RETENTION)',
-          durationMs: 0,
-        },
-        position,
-        ok: false,
-        retryAt: undefined,
-        disableUnlessSuccessSince: -1,
-      });
-      log.warn(endpoint, 'webhook delivery dropped: the event is no longer kept');
-      return;
-    }
-    const refused = refuseWebhookUrl(url, config.webhookAllowHttp);
-    let outcome: Attempt;
-    if (refused) {
-      outcome = {
-        result: 'url_refused',
-        ok: false,
-        status: null,
-        error: `URL refused: ${refused}`,
-        durationMs: 0,
-        aborted: false,
-      };
-    } else {
-      const body = eventJson(event);
-      const timestamp = Math.floor(at / 1000);
-      outcome = await postEvent({
-        url,
-        body,
-        headers: {
-          'webhook-id': eventId,
-          'webhook-timestamp': String(timestamp),
-          'webhook-signature': signatures(delivery.secrets, eventId, timestamp, body),
-        },
-        timeoutMs: config.webhookTimeoutMs,
-        agents,
-        signal: stopping.signal,
-        spanAttributes: { 'petstore.webhook.endpoint': endpointId, 'petstore.event.id': eventId },
-      });
-    }
-    sent();
-    if (outcome.aborted) {
-      await store.webhooks.release(endpointId, position, owner);
-      return;
-    }
-    countAttempt(outcome.result);
-    const done = clock.now();
-    const deadline = event.createdAt.getTime() + config.webhookGiveUpMs;
-    let retryAt: number | undefined;
-    if (!outcome.ok) {
-      retryAt = done + retryDelay(delivery.attempt, config.webhookRetryMs, random);
-      // The last attempt is made when the give-up period ends, so an endpoint down for all of it
-      // is tried at its end (and then disabled), not a retry delay before.
-      if (retryAt > deadline) retryAt = done >= deadline ? undefined : deadline;
-      if (retryAt !== undefined) nextRetry = Math.min(nextRetry, retryAt);
-    }
-    const disabled = await record({
-      record: {
-        endpointId,
-        eventId,
-        attempt: delivery.attempt,
-        at: new Date(at),
-        status: outcome.status,
-        error: outcome.error,
-        durationMs: outcome.durationMs,
+  // Looks one at a time: one asked for while another runs follows it.
+  const requestLook = () => {
+    if (stopped) return;
+    if (looking) return void (lookAgain = true);
+    lookAgain = false;
+    clearTimeout(timer);
+    looking = new Promise<void>((resolve) => setImmediate(() => context.with(ROOT_CONTEXT, runLook).then(resolve)));
+  };
+
+  // The next look without a wake: when a retry or probe comes due, at the latest after pollMs
+  // (when every endpoint is read anew and may have work: another instance's release, a lease
+  // that expired).
+  const arm = () => {
+    if (stopped) return;
+    clearTimeout(timer);
+    const untilDue = turns.nextDueAt(clock.now()) - clock.now();
+    const poll = !(untilDue < pollMs);
+    timer = setTimeout(
+      () => {
+        if (poll) {
+          refreshedAt = -Infinity;
+          turns.markPending();
+        }
+        requestLook();
       },
-      position,
-      ok: outcome.ok,
-      retryAt,
-      disableUnlessSuccessSince: retryAt === undefined ? event.createdAt.getTime() : done - config.webhookGiveUpMs,
-    });
-    if (!outcome.ok) {
-      const next = retryAt === undefined ? { gaveUp: true } : { retryAt: new Date(retryAt).toISOString() };
+      poll ? pollMs : Math.max(1, untilDue + 1),
+    );
+    timer.unref();
+  };
+
+  const attemptDeps = {
+    config,
+    clock,
+    random,
+    log,
+    agents: (delivery: ClaimedDelivery) => agents.of(delivery.endpointId, delivery.url),
+    signal: stopping.signal,
+    countAttempt,
+  };
+
+  // An attempt, then its outcome written; its slot is free once that is done (or failed).
+  const start = (delivery: ClaimedDelivery) => {
+    const running: Promise<void> = context
+      .with(ROOT_CONTEXT, () => attemptAndRecord(delivery))
+      .catch((error: unknown) => {
+        // Not written: the lease expires and the attempt is made again.
+        log.warn(
+          { endpoint: delivery.endpointId, cause: causeOf(error) },
+          'recording a webhook attempt failed; it will be made again',
+        );
+      })
+      .finally(() => {
+        turns.released(delivery.endpointId);
+        inFlight.delete(running);
+        requestLook();
+      });
+    inFlight.add(running);
+  };
+
+  const attemptAndRecord = async (delivery: ClaimedDelivery) => {
+    const made = await makeAttempt(delivery, attemptDeps);
+    if (!made || abandoned) return;
+    if (made.answer) turns.answered(delivery.endpointId, made.answer, made.outcome.retryAt, concurrency);
+    const written: FinishResult['outcomes'][number] = await outcomes.push(made.outcome);
+    if (written === 'lost') {
       log.warn(
-        {
-          ...endpoint,
-          origin: urlOrigin(url),
-          result: outcome.result,
-          status: outcome.status,
-          error: outcome.error,
-          durationMs: outcome.durationMs,
-          ...next,
-        },
-        retryAt === undefined ? 'webhook attempt failed; the event is given up' : 'webhook attempt failed; retrying',
+        { endpoint: delivery.endpointId, event: made.outcome.record.eventId, attempt: delivery.attempt },
+        'webhook attempt not recorded: its lease expired and another relay took the delivery over',
       );
     }
-    if (disabled) {
+    if (written === 'disabled') {
       log.error(
-        { endpoint: endpointId, origin: urlOrigin(url), giveUpMs: config.webhookGiveUpMs },
+        { endpoint: delivery.endpointId, origin: urlOrigin(delivery.url), giveUpMs: config.webhookGiveUpMs },
         'webhook endpoint disabled: every attempt failed for PETSTORE_WEBHOOK_GIVE_UP; petstore webhooks enable <id> turns it back on',
       );
     }
   };
 
-  const start = (delivery: ClaimedDelivery) => {
-    sending += 1;
-    let done = false;
-    const sent = () => {
-      if (done) return;
-      done = true;
-      sending -= 1;
-      wake();
-    };
-    const running: Promise<void> = attempt(delivery, sent)
-      .catch((error: unknown) => {
-        // Not given back: the lease expires and the attempt is made again.
+  const wake = () => {
+    turns.markPending();
+    requestLook();
+  };
+  let unlisten: () => Promise<void> = async () => {};
+  context.with(ROOT_CONTEXT, () => {
+    store.webhooks
+      .recover()
+      .catch((error: unknown) =>
         log.warn(
-          { endpoint: delivery.endpointId, err: error },
-          'a webhook attempt failed to end; it will be made again',
-        );
-      })
+          { cause: causeOf(error) },
+          'webhook relay could not take back the leases of a previous run; they expire',
+        ),
+      )
       .finally(() => {
-        sent();
-        inFlight.delete(running);
-        wake();
+        if (stopped) return;
+        unlisten = store.webhooks.onEventsWritten(wake);
+        requestLook();
       });
-    inFlight.add(running);
-  };
-
-  // One look: write the outcomes ended since the last, hand out new events, then lease as many
-  // due deliveries as there are free slots. True when there may be more to do at once. The
-  // relay's database work is one call at a time: on PostgreSQL, one connection of the pool.
-  const look = async (): Promise<boolean> => {
-    await flush();
-    const handed = await store.webhooks.handOut(clock.now(), batch, window);
-    const free = config.webhookConcurrency - sending;
-    if (free <= 0 || stopped) return false;
-    // The time the leases start (and the secrets are chosen) is the claim's own.
-    const claimed = await store.webhooks.claim({
-      now: clock.now(),
-      limit: free,
-      leaseMs: config.webhookLeaseMs,
-      owner,
-    });
-    for (const delivery of claimed) start(delivery);
-    return claimed.length === free || handed > 0;
-  };
-
-  const loop = async () => {
-    try {
-      await store.webhooks.recover();
-    } catch (error) {
-      log.warn(
-        { cause: causeOf(error) },
-        'webhook relay could not take back the leases of a previous run; they expire',
-      );
-    }
-    while (!stopped) {
-      const began = performance.now();
-      let more = false;
-      try {
-        more = await look();
-        if (failing) log.info({}, 'webhook relay reaches the database again');
-        failing = false;
-      } catch (error) {
-        if (!failing) log.warn({ cause: causeOf(error) }, 'webhook relay cannot read its work; trying again');
-        failing = true;
-      }
-      if (stopped) break;
-      if (!more) {
-        const untilRetry = nextRetry - clock.now();
-        // Due already: the look just made has leased it, or another relay has.
-        if (untilRetry <= 0) nextRetry = Infinity;
-        await Promise.race([sleep(untilRetry > 0 ? Math.min(pollMs, untilRetry + 1) : pollMs), woken()]);
-      }
-      const gap = LOOK_GAP_MS - (performance.now() - began);
-      if (gap > 0 && !stopped) await sleep(gap);
-    }
-  };
-  const running = context.with(ROOT_CONTEXT, loop);
-
-  // Writes outcomes as attempts end, until none is in flight or `ms` have passed: real time (a
-  // grace for the process to stop), not the relay's clock.
-  const settle = async (ms: number) => {
-    const deadline = performance.now() + ms;
-    while (inFlight.size > 0 && performance.now() < deadline) {
-      await flush();
-      await Promise.race([sleep(Math.min(20, Math.max(1, deadline - performance.now()))), woken()]);
-    }
-    await flush();
-  };
+  });
 
   return {
     wake,
     async stop(graceMs = 5000) {
       if (stopped) return;
       stopped = true;
-      wake();
-      await running;
-      await settle(graceMs);
-      // What is still in flight is stopped and given back (release), not recorded.
+      clearTimeout(timer);
+      await unlisten();
+      await looking;
+      // Real time (a grace for the process to stop), not the relay's clock.
+      const deadline = performance.now() + graceMs;
+      while (inFlight.size > 0 && performance.now() < deadline) {
+        const left = deadline - performance.now();
+        await Promise.race([Promise.all(inFlight), new Promise((resolve) => setTimeout(resolve, left).unref())]);
+      }
+      abandoned = true;
       stopping.abort();
-      await settle(1000);
-      agents.http.destroy();
-      agents.https.destroy();
+      await outcomes.idle();
+      agents.destroy();
     },
   };
 }

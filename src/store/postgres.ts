@@ -473,13 +473,17 @@ export function openPostgresStore(
 
   const store: Store = {
     idsVisibleInOrder: false,
-    webhooks: postgresWebhooks(async (text, values, client) => {
-      try {
-        return await (client ?? pool).query(text, values);
-      } catch (error) {
-        throw translate(error);
-      }
-    }, inTransaction),
+    webhooks: postgresWebhooks(
+      async (text, values, client) => {
+        try {
+          return await (client ?? pool).query(text, values);
+        } catch (error) {
+          throw translate(error);
+        }
+      },
+      inTransaction,
+      connection,
+    ),
     isDiskError,
     probeWrite,
 
