@@ -6,6 +6,7 @@ import { buildApp } from './app.js';
 import { settings, type Config } from './config.js';
 import { issueFirstKey } from './keys/issue.js';
 import { openStore } from './store/open.js';
+import { holdServeLock, ServedElsewhere } from './store/serve-lock.js';
 import type { Store } from './store/store.js';
 import { startTracing, stopTracing } from './tracing.js';
 import { version } from './version.js';
@@ -60,7 +61,27 @@ export async function openMigratedStore(
     return { store, applied };
   } catch (error) {
     await store?.close().catch(() => {});
+    if (error instanceof StartupError) throw error;
     throw new StartupError(`cannot use ${describeDatabase(config)}: ${reasonOf(error)}`, { cause: error });
+  }
+}
+
+/**
+ * One process serves a SQLite file (docs/operations.md#one-process-per-sqlite-file): a second
+ * `serve` on it fails to start with one line naming the first. Returns the function that lets
+ * the file go; nothing to hold on PostgreSQL, which any number of instances share.
+ */
+function serveAlone(config: Config): () => void {
+  if (config.databaseUrl || config.sqlitePath === ':memory:') return () => {};
+  try {
+    return holdServeLock(resolve(config.sqlitePath));
+  } catch (error) {
+    if (!(error instanceof ServedElsewhere)) throw error;
+    throw new StartupError(
+      `cannot serve ${describeDatabase(config)}: ${error.message}; one process serves a SQLite file ` +
+        `(stop that one first, or use PostgreSQL, DATABASE_URL, for several instances)`,
+      { cause: error },
+    );
   }
 }
 
@@ -145,15 +166,18 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   const holder = await holdAddress(config);
   let store: Store | undefined;
   let app: FastifyInstance;
+  let letGo = () => {};
   try {
     // Before the store: the PostgreSQL client is instrumented as it is loaded.
     await startTracing(config);
-    ({ store } = await openMigratedStore(config));
+    // Before the first migration: a second serve on the file changes nothing.
+    ({ store } = await openMigratedStore(config, () => (letGo = serveAlone(config))));
     // docs/webhooks.md#the-relay: off on an instance that only serves the API.
     app = await buildApp({ config, store, deliverWebhooks: config.webhookDelivery });
   } catch (error) {
     // An open pool would keep the process from exiting on the error.
     await store?.close().catch(() => {});
+    letGo();
     throw error;
   } finally {
     await new Promise((resolve) => holder.close(resolve));
@@ -163,6 +187,7 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   } catch (error) {
     await app.close();
     await store.close();
+    letGo();
     throw listenError(config, error);
   }
   process.stderr.write(
@@ -186,6 +211,7 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
     // (docs/webhooks.md#repeats) while the requests in flight finish.
     await app.close();
     await store.close();
+    letGo();
     await stopTracing(FLUSH_MS);
     process.exit(0);
   };
