@@ -100,26 +100,31 @@ export async function until(check: () => boolean | Promise<boolean>, ms = 10_000
 
 /**
  * `looked()`: resolves, to the deliveries leased, once the relay has made a whole look begun
- * after the call; rejects after `ms`. `hear` is the relay's `looked` option. A test shows what
- * the relay does at a given time with it, instead of waiting to see whether something happens.
+ * after the call; rejects after `ms`. `hear` is the relay's `looked` option; `looks()` counts the
+ * looks heard so far. A test shows what the relay does at a given time with it, instead of
+ * waiting to see whether something happens.
  */
 export function watchLooks() {
-  let asked: ((claimed: ClaimedDelivery[]) => void)[] = [];
-  let begun: typeof asked = [];
-  const hear = (claimed: ClaimedDelivery[]) => {
-    for (const done of begun) done(claimed);
-    begun = asked;
-    asked = [];
+  let asked: { at: number; done: (claimed: ClaimedDelivery[]) => void }[] = [];
+  let heard = 0;
+  const hear = (claimed: ClaimedDelivery[], began: number) => {
+    heard += 1;
+    const [done, waiting] = [asked.filter(({ at }) => began >= at), asked.filter(({ at }) => began < at)];
+    asked = waiting;
+    for (const { done: resolve } of done) resolve(claimed);
   };
   const looked = (ms = 5000) =>
     new Promise<ClaimedDelivery[]>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`the relay made no whole look within ${ms} ms`)), ms);
-      asked.push((claimed) => {
-        clearTimeout(timer);
-        resolve(claimed);
+      asked.push({
+        at: performance.now(),
+        done: (claimed) => {
+          clearTimeout(timer);
+          resolve(claimed);
+        },
       });
     });
-  return { hear, looked };
+  return { hear, looked, looks: () => heard };
 }
 
 /**

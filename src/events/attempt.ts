@@ -37,10 +37,12 @@ export interface AttemptDeps {
   countAttempt: (result: AttemptResult | 'event_expired') => void;
 }
 
-/** An attempt made: its outcome to record, and how the receiver answered (pace.ts). */
+/** An attempt made: its outcome to record, how the receiver answered (pace.ts), and its log line once recorded. */
 export interface Made {
   outcome: AttemptOutcome;
   answer: { ok: boolean; timedOut: boolean; durationMs: number } | undefined;
+  /** Logs the failure, if it was one: called once the outcome is written. */
+  logFailure: () => void;
 }
 
 /**
@@ -58,10 +60,6 @@ export async function makeAttempt(delivery: ClaimedDelivery, deps: AttemptDeps):
   const record = { endpointId, eventId, attempt: delivery.attempt, at: new Date(at) };
   if (!event) {
     deps.countAttempt('event_expired');
-    deps.log.warn(
-      { endpoint: endpointId, event: eventId, attempt: delivery.attempt },
-      'webhook delivery dropped: the event is no longer kept',
-    );
     const error = 'the event is no longer kept (PETSTORE_EVENT_RETENTION)';
     return {
       outcome: {
@@ -73,6 +71,11 @@ export async function makeAttempt(delivery: ClaimedDelivery, deps: AttemptDeps):
         jitter,
       },
       answer: undefined,
+      logFailure: () =>
+        deps.log.warn(
+          { endpoint: endpointId, event: eventId, attempt: delivery.attempt },
+          'webhook delivery dropped: the event is no longer kept',
+        ),
     };
   }
   const attempt = await post(delivery, eventId, at, deps);
@@ -86,7 +89,6 @@ export async function makeAttempt(delivery: ClaimedDelivery, deps: AttemptDeps):
     // The last attempt is made when the give-up period ends, so an endpoint down for all of it
     // is tried at its end (and then disabled), not a retry delay before.
     if (retryAt > deadline) retryAt = done >= deadline ? undefined : deadline;
-    logFailure(delivery, eventId, attempt, retryAt, deps.log);
   }
   return {
     outcome: {
@@ -102,6 +104,9 @@ export async function makeAttempt(delivery: ClaimedDelivery, deps: AttemptDeps):
       attempt.result === 'url_refused'
         ? undefined
         : { ok: attempt.ok, timedOut: attempt.result === 'timeout', durationMs: attempt.durationMs },
+    logFailure: () => {
+      if (!attempt.ok) logFailure(delivery, eventId, attempt, retryAt, deps.log);
+    },
   };
 }
 

@@ -26,8 +26,11 @@ export interface RelayOptions {
   /** Events handed out to an endpoint at a time (WebhookStore.claim). */
   batch?: number;
   random?: () => number;
-  /** Hears of each whole look, with the deliveries it leased (tests wait for one: test/webhooks.ts). */
-  looked?: (claimed: ClaimedDelivery[]) => void;
+  /**
+   * Hears of each whole look, with the deliveries it leased and when it began
+   * (`performance.now()`): tests wait for one (test/webhooks.ts).
+   */
+  looked?: (claimed: ClaimedDelivery[], began: number) => void;
 }
 
 export interface Relay {
@@ -45,6 +48,7 @@ const POLL_MS = 500;
 const BATCH = 100;
 // How often the relay reads the endpoints anew when commits keep waking it; every poll besides.
 const REFRESH_MS = 100;
+const ECHO_MS = 10;
 
 /**
  * The webhook relay (docs/webhooks.md#the-relay). Woken by each commit that writes events (and
@@ -80,6 +84,14 @@ export function startRelay({
   let looking: Promise<void> | undefined;
   let lookAgain = false;
   let refreshedAt = -Infinity;
+  // A wake came while the endpoints were read lately: they are read again REFRESH_MS after,
+  // since the commit may be an endpoint's first event (one added since).
+  let refreshOwed = false;
+  // PostgreSQL: an event committed may be listed only a moment later, once the transactions
+  // older than its own have ended (docs/events.md#ordering). A wake is followed by looks
+  // ECHO_MS, then twice, four times as long after, up to the poll, until one finds work.
+  const echoes = !store.idsVisibleInOrder;
+  let echoMs = 0;
   let failing = false;
   let timer: NodeJS.Timeout | undefined;
 
@@ -92,8 +104,10 @@ export function startRelay({
   // One look: the endpoints read anew when due, then the slots allotted and leased. True when
   // it leased anything: the next look may find more.
   const look = async (): Promise<boolean> => {
+    const began = performance.now();
     const now = clock.now();
     if (performance.now() - refreshedAt >= REFRESH_MS) {
+      refreshOwed = false;
       turns.refresh(await store.webhooks.relayEndpoints(), now);
       agents.keep(turns.ids());
       refreshedAt = performance.now();
@@ -108,7 +122,7 @@ export function startRelay({
       turns.claimed(wants, claimed, at, config.webhookLeaseMs);
       for (const delivery of claimed) start(delivery);
     }
-    looked(claimed);
+    looked(claimed, began);
     return claimed.length > 0;
   };
 
@@ -123,6 +137,7 @@ export function startRelay({
       failing = true;
     }
     looking = undefined;
+    if (more) echoMs = 0;
     if ((more || lookAgain) && !failing) requestLook();
     else arm();
   };
@@ -143,16 +158,22 @@ export function startRelay({
     if (stopped) return;
     clearTimeout(timer);
     const untilDue = turns.nextDueAt(clock.now()) - clock.now();
-    const poll = !(untilDue < pollMs);
+    const untilRefresh = refreshOwed ? REFRESH_MS - (performance.now() - refreshedAt) : Infinity;
+    const untilEcho = echoMs > 0 ? echoMs : Infinity;
+    const poll = !(Math.min(untilDue, untilRefresh, untilEcho) < pollMs);
     timer = setTimeout(
       () => {
         if (poll) {
           refreshedAt = -Infinity;
           turns.markPending();
         }
+        if (echoMs > 0) {
+          turns.markPending();
+          echoMs *= 2;
+        }
         requestLook();
       },
-      poll ? pollMs : Math.max(1, untilDue + 1),
+      poll ? pollMs : Math.max(1, Math.min(untilDue + 1, untilRefresh, untilEcho)),
     );
     timer.unref();
   };
@@ -191,6 +212,7 @@ export function startRelay({
     if (!made || abandoned) return;
     if (made.answer) turns.answered(delivery.endpointId, made.answer, made.outcome.retryAt, concurrency);
     const written: FinishResult['outcomes'][number] = await outcomes.push(made.outcome);
+    if (written !== 'lost') made.logFailure();
     if (written === 'lost') {
       log.warn(
         { endpoint: delivery.endpointId, event: made.outcome.record.eventId, attempt: delivery.attempt },
@@ -206,6 +228,8 @@ export function startRelay({
   };
 
   const wake = () => {
+    refreshOwed = true;
+    if (echoes) echoMs = ECHO_MS;
     turns.markPending();
     requestLook();
   };

@@ -143,9 +143,12 @@ const statements = {
     '$18::bigint[], $19::bigint[]) AS st (id, failures, probe_at, last_success_at, last_failure_at, failing_since, ' +
     'disabled_at, released_at)), ' +
     'r AS (UPDATE webhook_deliveries d SET next_at = st.released_at FROM st WHERE st.released_at IS NOT NULL ' +
-    'AND d.endpoint_id = st.id AND d.next_at > st.released_at AND (d.lease_until IS NULL OR d.lease_until <= st.released_at)), ' +
+    'AND d.endpoint_id = st.id AND d.next_at <> st.released_at AND (d.lease_until IS NULL OR d.lease_until <= st.released_at)), ' +
+    // What the prune reads is the database as the statement began: without this batch's attempts
+    // (so it keeps that many fewer of the others), with this batch's deliveries done.
     'p AS (DELETE FROM webhook_attempts a USING (SELECT st.id, (SELECT x.id FROM webhook_attempts x WHERE x.endpoint_id = st.id ' +
-    `ORDER BY x.id DESC LIMIT 1 OFFSET ${ATTEMPTS_KEPT}) AS last FROM st) c WHERE a.endpoint_id = c.id AND a.id <= c.last ` +
+    `ORDER BY x.id DESC LIMIT 1 OFFSET greatest(0, ${ATTEMPTS_KEPT} - (SELECT count(*) FROM o WHERE o.endpoint_id = st.id))) ` +
+    'AS last FROM st) c WHERE a.endpoint_id = c.id AND a.id <= c.last ' +
     'AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.endpoint_id = a.endpoint_id AND d.tx = a.tx AND d.seq = a.seq)) ' +
     'UPDATE webhook_endpoints w SET failures = st.failures, probe_at = st.probe_at, last_success_at = st.last_success_at, ' +
     'last_failure_at = st.last_failure_at, failing_since = st.failing_since, disabled_at = st.disabled_at FROM st WHERE w.id = st.id',

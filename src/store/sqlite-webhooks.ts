@@ -134,7 +134,7 @@ function prepare(db: Database.Database) {
         'failing_since = ?, disabled_at = ? WHERE id = ?',
     ),
     release: db.prepare<[number, number, number, number]>(
-      `UPDATE webhook_deliveries SET next_at = ? WHERE endpoint_id = ? AND next_at > ? AND ${FREE}`,
+      `UPDATE webhook_deliveries SET next_at = ? WHERE endpoint_id = ? AND next_at <> ? AND ${FREE}`,
     ),
     releaseAll: db.prepare(
       'UPDATE webhook_deliveries SET lease_until = NULL, lease_owner = NULL WHERE lease_until IS NOT NULL',

@@ -290,7 +290,8 @@ export const toEndpointState = (row: EndpointStateRow): EndpointState => ({
  * and disabled by a failure when it has had no success since that failure's
  * disableUnlessSuccessSince and was failing then, or when the failure gave its event up.
  * `disabled[i]`: outcome i disabled it. `releasedAt`: a success after it was down, at that time:
- * every delivery waiting for it is due then.
+ * every delivery waiting for it is due then, all at that one instant, so they go in the feed's
+ * order, oldest first.
  */
 export function endpointAfterOutcomes(
   state: EndpointState,
