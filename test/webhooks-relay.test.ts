@@ -259,7 +259,9 @@ for (const kind of storeKinds) {
     await addEndpoint(store, receiver.url);
     await database.execute(eventRowsSql(kind.name, 20_000, new Date().toISOString()));
     let attempts = 0;
-    testRelay(t, store, { countAttempt: () => void attempts++ });
+    // The receiver runs in this process too: a quarter of the default slots keeps its own share
+    // of the process's time within what the bounds below leave for a busy machine.
+    testRelay(t, store, { countAttempt: () => void attempts++, env: { PETSTORE_WEBHOOK_CONCURRENCY: '16' } });
     await until(() => attempts >= 50, 5000, '50 deliveries');
     const times: number[] = [];
     const before = attempts;
@@ -387,24 +389,6 @@ testTwoInstances(
     assert.equal(receiver.received.length, 2);
   },
 );
-
-for (const kind of storeKinds) {
-  test(`${kind.name}: an endpoint that hangs does not take every slot from another`, { skip: kind.skip }, async (t) => {
-    const database = await kind.createDatabase(t);
-    const store = database.open();
-    await store.migrate();
-    const hang = await holdingReceiver(t);
-    const healthy = await startReceiver(t);
-    // Added first, so its deliveries are due first: without turns it would take every slot.
-    await addEndpoint(store, hang.url);
-    await addEndpoint(store, healthy.url);
-    for (let i = 0; i < 20; i++) await store.createPet(pet(`Rex ${i}`));
-    testRelay(t, store, { env: { PETSTORE_WEBHOOK_CONCURRENCY: '4', PETSTORE_WEBHOOK_TIMEOUT_MS: '5000' } });
-    await healthy.waitFor(20, 5000);
-    assert.ok(hang.received.length <= 4, `${hang.received.length} attempts held by the hanging receiver`);
-    assert.equal(new Set(healthy.received.map((request) => request.headers['webhook-id'])).size, 20);
-  });
-}
 
 testTwoInstances(
   'two relays writing outcomes for three failing-then-succeeding endpoints at once deliver everything, with no write lost',
