@@ -115,16 +115,21 @@ const statements = {
     'SELECT u.endpoint_id, u.tx::text AS tx, u.seq, u.attempts, w.url, w.secret, w.previous_secret, w.previous_until, ' +
     'e.type, e.created_at, e.data FROM u JOIN webhook_endpoints w ON w.id = u.endpoint_id ' +
     'LEFT JOIN events e ON e.tx = u.tx AND e.seq = u.seq',
-  // The endpoints of a batch of outcomes, their rows locked in ascending order, and which of the
-  // outcomes ($2..$4: endpoint, tx, seq) are of deliveries still leased by $5, locked too.
-  lockOutcomes:
+  // The endpoints of a batch of outcomes, as they are now, and which of the outcomes ($2..$4:
+  // endpoint, tx, seq) are of deliveries still leased by $5, those locked.
+  readOutcomes:
     `WITH ep AS (SELECT id, failures, probe_at, last_success_at, last_failure_at, failing_since, disabled_at, ` +
-    `${ASYNC_COMMIT} AS async FROM webhook_endpoints WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE), ` +
+    `${ASYNC_COMMIT} AS async FROM webhook_endpoints WHERE id = ANY($1::bigint[])), ` +
     'held AS (SELECT o.n FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS o (endpoint_id, tx, seq, n) ' +
     'JOIN webhook_deliveries d ON d.endpoint_id = o.endpoint_id AND d.tx = o.tx AND d.seq = o.seq ' +
     'AND d.lease_owner = $5 FOR UPDATE OF d) ' +
     'SELECT id, failures, probe_at, last_success_at, last_failure_at, failing_since, disabled_at, NULL::bigint AS n FROM ep ' +
     'UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, n FROM held',
+  // The rows of endpoints whose state the outcomes change, locked in ascending order by every
+  // instance: two batches written at once wait for each other, never deadlock.
+  lockStates:
+    'SELECT id, failures, probe_at, last_success_at, last_failure_at, failing_since, disabled_at ' +
+    'FROM webhook_endpoints WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE',
   // The outcomes held, in the order given (the attempts' ids follow it): each attempt's row,
   // each delivery removed (no retry time) or due again; then each endpoint's state after them
   // (a release time: every delivery waiting for it due then) and its attempts beyond the last
@@ -146,9 +151,11 @@ const statements = {
     'AND d.endpoint_id = st.id AND d.next_at <> st.released_at AND (d.lease_until IS NULL OR d.lease_until <= st.released_at)), ' +
     // What the prune reads is the database as the statement began: without this batch's attempts
     // (so it keeps that many fewer of the others), with this batch's deliveries done.
-    'p AS (DELETE FROM webhook_attempts a USING (SELECT st.id, (SELECT x.id FROM webhook_attempts x WHERE x.endpoint_id = st.id ' +
-    `ORDER BY x.id DESC LIMIT 1 OFFSET greatest(0, ${ATTEMPTS_KEPT} - (SELECT count(*) FROM o WHERE o.endpoint_id = st.id))) ` +
-    'AS last FROM st) c WHERE a.endpoint_id = c.id AND a.id <= c.last ' +
+    // Each endpoint's cut, worked out once (MATERIALIZED), then a range of its index deleted.
+    'cut AS MATERIALIZED (SELECT e.id, (SELECT x.id FROM webhook_attempts x WHERE x.endpoint_id = e.id ' +
+    `ORDER BY x.id DESC LIMIT 1 OFFSET greatest(0, ${ATTEMPTS_KEPT} - (SELECT count(*) FROM o WHERE o.endpoint_id = e.id))) ` +
+    'AS last FROM (SELECT DISTINCT endpoint_id AS id FROM o) e), ' +
+    'p AS (DELETE FROM webhook_attempts a USING cut WHERE a.endpoint_id = cut.id AND a.id <= cut.last ' +
     'AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.endpoint_id = a.endpoint_id AND d.tx = a.tx AND d.seq = a.seq)) ' +
     'UPDATE webhook_endpoints w SET failures = st.failures, probe_at = st.probe_at, last_success_at = st.last_success_at, ' +
     'last_failure_at = st.last_failure_at, failing_since = st.failing_since, disabled_at = st.disabled_at FROM st WHERE w.id = st.id',
@@ -258,16 +265,38 @@ async function claim(run: Run, { now, leaseMs, owner, wants, batch }: ClaimQuery
   }));
 }
 
+// An endpoint's last success is written again only once it is this much older than a new one:
+// a receiver answering every attempt is not one row written per batch, on each instance, under
+// a lock the others wait for. `webhooks list` shows it a second late at most.
+const SUCCESS_RESOLUTION_MS = 1000;
+
+/** Whether outcomes leave `before` as it is, but for a last success less than SUCCESS_RESOLUTION_MS newer. */
+function settled(before: EndpointState, after: EndpointState, releasedAt: number | undefined): boolean {
+  const success =
+    after.lastSuccessAt === before.lastSuccessAt ||
+    (before.lastSuccessAt !== null && after.lastSuccessAt! - before.lastSuccessAt < SUCCESS_RESOLUTION_MS);
+  return (
+    success &&
+    releasedAt === undefined &&
+    after.failures === before.failures &&
+    after.probeAt === before.probeAt &&
+    after.lastFailureAt === before.lastFailureAt &&
+    after.failingSince === before.failingSince &&
+    after.disabledAt === before.disabledAt
+  );
+}
+
 /**
- * See WebhookStore.finish, in two statements however many endpoints and attempts: the rows
- * locked (the endpoints' first, in ascending order, by every instance: two batches written at
- * once wait for each other, never deadlock), then everything written, as arrays.
+ * See WebhookStore.finish, in two statements however many endpoints and attempts (three when an
+ * endpoint's state changes): the deliveries still leased locked, and each endpoint read; the
+ * rows of the endpoints whose state the outcomes change locked (ascending), and their outcomes
+ * worked out again from them; then everything written, as arrays.
  */
 async function finishAll(run: Run, client: pg.PoolClient, { owner, retryMs, outcomes }: FinishQuery) {
   const results: FinishResult['outcomes'] = outcomes.map(() => 'lost');
   const ids = [...new Set(outcomes.map((o) => o.record.endpointId))].sort((a, b) => a - b);
   const { rows } = await run<EndpointStateRow & { id: bigint | null; n: bigint | null }>(
-    statements.lockOutcomes,
+    statements.readOutcomes,
     [
       ids,
       outcomes.map((o) => o.record.endpointId),
@@ -285,19 +314,35 @@ async function finishAll(run: Run, client: pg.PoolClient, { owner, retryMs, outc
     items.push(item);
     byEndpoint.set(item.outcome.record.endpointId, items);
   }
-  const states: { id: number; state: EndpointState; releasedAt: number | null }[] = [];
-  for (const row of rows) {
-    const items = row.id === null ? undefined : byEndpoint.get(Number(row.id));
-    if (!items) continue;
-    const after = endpointAfterOutcomes(
-      toEndpointState(row),
-      items.map(({ outcome }) => outcome),
-      retryMs,
-    );
-    for (const [i, { index }] of items.entries()) results[index] = after.disabled[i] ? 'disabled' : 'recorded';
-    states.push({ id: Number(row.id), state: after.state, releasedAt: after.releasedAt ?? null });
+  const afterOf = (row: EndpointStateRow & { id: bigint | null }) => {
+    const items = byEndpoint.get(Number(row.id))!;
+    return {
+      id: Number(row.id),
+      items,
+      ...endpointAfterOutcomes(
+        toEndpointState(row),
+        items.map(({ outcome }) => outcome),
+        retryMs,
+      ),
+    };
+  };
+  const read = rows.filter((row) => row.id !== null && byEndpoint.has(Number(row.id))).map(afterOf);
+  const changed = read.filter(({ id, state, releasedAt }) => {
+    const before = toEndpointState(rows.find((row) => row.id !== null && Number(row.id) === id)!);
+    return !settled(before, state, releasedAt);
+  });
+  const locked =
+    changed.length === 0
+      ? []
+      : (
+          await run<EndpointStateRow & { id: bigint }>(statements.lockStates, [changed.map(({ id }) => id)], client)
+        ).rows.map(afterOf);
+  const afters = [...read.filter(({ id }) => !changed.some((c) => c.id === id)), ...locked];
+  for (const { items, disabled } of afters) {
+    for (const [i, { index }] of items.entries()) results[index] = disabled[i] ? 'disabled' : 'recorded';
   }
-  if (states.length === 0) return { outcomes: results, endpoints: [] };
+  if (afters.length === 0) return { outcomes: results, endpoints: [] };
+  const states = locked.map(({ id, state, releasedAt }) => ({ id, state, releasedAt: releasedAt ?? null }));
   // Only the outcomes of endpoints still there (one removed meanwhile has no row to lock).
   const written = kept.filter(({ index }) => results[index] !== 'lost').map(({ outcome }) => outcome);
   const records = written.map((o) => o.record);
@@ -326,7 +371,7 @@ async function finishAll(run: Run, client: pg.PoolClient, { owner, retryMs, outc
     ],
     client,
   );
-  const endpoints = states.map(({ id, state }) => ({
+  const endpoints = afters.map(({ id, state }) => ({
     id,
     failures: state.failures,
     probeAt: state.probeAt,
