@@ -13,6 +13,20 @@ const HANG_ENV = {
   PETSTORE_WEBHOOK_TIMEOUT_MS: '60000',
 };
 
+/** The service delivering as `serve` runs it (its own relay, woken by its commits), on a fresh database of `kind`. */
+async function deliveringService(t: TestContext, kind: StoreKind, env: Record<string, string> = {}) {
+  const database = await kind.createDatabase(t);
+  const store = database.open();
+  await store.migrate();
+  const app = await startApp(t, {
+    store,
+    deliverWebhooks: true,
+    env: { ...HANG_ENV, ...env },
+    relay: { pollMs: 100, graceMs: 200 },
+  });
+  return { database, store, app };
+}
+
 /**
  * The service delivering as `serve` runs it (its own relay, woken by its commits), on a fresh
  * database of `kind`: a healthy receiver whose endpoint is up (one event delivered), then
@@ -22,19 +36,11 @@ const HANG_ENV = {
 async function serviceWithHangingEndpoints(
   t: TestContext,
   kind: StoreKind,
-  { hanging, env = {}, backlog }: { hanging: number; env?: Record<string, string>; backlog: number },
+  { hanging, backlog }: { hanging: number; backlog: number },
 ) {
-  const database = await kind.createDatabase(t);
-  const store = database.open();
-  await store.migrate();
+  const { database, store, app } = await deliveringService(t, kind);
   const healthy = await startReceiver(t);
   const hang = await holdingReceiver(t);
-  const app = await startApp(t, {
-    store,
-    deliverWebhooks: true,
-    env: { ...HANG_ENV, ...env },
-    relay: { pollMs: 100, graceMs: 200 },
-  });
   await addEndpoint(store, healthy.url);
   await addPet(app, { name: 'first', categoryId: 1 });
   await healthy.waitFor(1);
@@ -94,17 +100,9 @@ for (const kind of storeKinds) {
   });
 
   it('an endpoint that answered, then hangs, holds its share of the slots and no more, another served beside it', async (t) => {
-    const database = await kind.createDatabase(t);
-    const store = database.open();
-    await store.migrate();
+    const { database, store, app } = await deliveringService(t, kind, { PETSTORE_WEBHOOK_CONCURRENCY: '8' });
     const flaky = await holdingReceiver(t);
     const healthy = await startReceiver(t);
-    const app = await startApp(t, {
-      store,
-      deliverWebhooks: true,
-      env: { ...HANG_ENV, PETSTORE_WEBHOOK_CONCURRENCY: '8' },
-      relay: { pollMs: 100, graceMs: 200 },
-    });
     await addEndpoint(store, flaky.url);
     await addEndpoint(store, healthy.url);
     // Both answer the first event: both are up.

@@ -2,32 +2,12 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { eventRowsSql } from '../bench/seed.js';
 import { formatEventId } from '../src/events/ids.js';
-import type { AttemptOutcome, ClaimedDelivery } from '../src/store/webhooks.js';
+import type { AttemptOutcome } from '../src/store/webhooks.js';
 import { manualClock } from './helpers.js';
 import { storeKinds } from './stores.js';
-import { addEndpoint, startReceiver, testRelay, until, webhooksCli } from './webhooks.js';
+import { addEndpoint, outcomeOf, startReceiver, testRelay, until, webhooksCli } from './webhooks.js';
 
 const pet = (name: string) => ({ name, categoryId: 1n, status: 'available' as const });
-
-/** The outcome of `delivery`'s attempt at `at`: a success, a failure retried at `retryAt`, or one given up. */
-function outcomeOf(delivery: ClaimedDelivery, at: number, result: 'ok' | 'retry' | 'give up', retryAt = at + 60_000) {
-  return {
-    record: {
-      endpointId: delivery.endpointId,
-      eventId: formatEventId(delivery.position),
-      attempt: delivery.attempt,
-      at: new Date(at),
-      status: result === 'ok' ? 204 : 500,
-      error: result === 'ok' ? null : 'HTTP 500',
-      durationMs: 1,
-    },
-    position: delivery.position,
-    ok: result === 'ok',
-    retryAt: result === 'retry' ? retryAt : undefined,
-    disableUnlessSuccessSince: at - 86_400_000,
-    jitter: 0,
-  } satisfies AttemptOutcome;
-}
 
 for (const kind of storeKinds) {
   const it = (name: string, fn: (t: TestContext) => Promise<void>) =>

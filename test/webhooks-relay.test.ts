@@ -6,12 +6,14 @@ import vm from 'node:vm';
 import { eventRowsSql } from '../bench/seed.js';
 import { formatEventId } from '../src/events/ids.js';
 import { issueKey } from '../src/keys/issue.js';
+import type { ClaimedDelivery } from '../src/store/webhooks.js';
 import { addPet, listeningApp, manualClock, startApp } from './helpers.js';
 import { migratedStore, storeKinds, testTwoInstances } from './stores.js';
 import {
   addEndpoint,
   createPetAt,
   holdingReceiver,
+  outcomeOf,
   relayConfig,
   startReceiver,
   testRelay,
@@ -98,7 +100,7 @@ for (const kind of storeKinds) {
         .sort((x, y) => Number(x.position.tx - y.position.tx) || Number(x.position.seq - y.position.seq));
     // The order attempts ended, which is not the feed's: each endpoint's deliveries taken out of it.
     const [as, bs] = [inFeedOrder(a), inFeedOrder(b)];
-    const plan = [
+    const steps: { d: ClaimedDelivery; result: 'ok' | 'retry' | 'give up' }[] = [
       { d: as[2]!, result: 'ok' },
       { d: bs[1]!, result: 'retry' },
       { d: as[0]!, result: 'ok' },
@@ -107,27 +109,15 @@ for (const kind of storeKinds) {
       { d: bs[0]!, result: 'ok' },
       { d: as[1]!, result: 'ok' },
       { d: bs[2]!, result: 'ok' },
-    ].map((step, i) => ({ ...step, at: now + 10 + i }));
+    ];
+    const plan = steps.map((step, i) => ({ ...step, at: now + 10 + i }));
     const retryAt = now + 5_000;
     const written = await store.webhooks.finish({
       owner: 'test',
       retryMs: 5000,
-      outcomes: plan.map(({ d, result, at }) => ({
-        record: {
-          endpointId: d.endpointId,
-          eventId: formatEventId(d.position),
-          attempt: 1,
-          at: new Date(at),
-          status: result === 'ok' ? 204 : 500,
-          error: result === 'ok' ? null : 'HTTP 500',
-          durationMs: 3,
-        },
-        position: d.position,
-        ok: result === 'ok',
-        retryAt: result === 'retry' ? retryAt : undefined,
-        disableUnlessSuccessSince: result === 'give up' ? now - 1 : at - 60_000,
-        jitter: 0,
-      })),
+      outcomes: plan.map(({ d, result, at }) =>
+        outcomeOf(d, at, result, retryAt, result === 'give up' ? now - 1 : at - 60_000),
+      ),
     });
     assert.deepEqual(written.outcomes, [
       'recorded',

@@ -41,18 +41,32 @@ async function slowReceiver(t: TestContext, delayMs: number) {
   return { ...receiver, ids, repeats };
 }
 
+/**
+ * A service on `store` delivering to a receiver answering after `delayMs`, `pets` created
+ * through it; resolves once the receiver has got `inFlight` of them, with what the test stops
+ * and starts again.
+ */
+async function delivering(
+  t: TestContext,
+  store: 'SQLite' | 'PostgreSQL',
+  { delayMs, pets, inFlight }: { delayMs: number; pets: number; inFlight: number },
+) {
+  const receiver = await slowReceiver(t, delayMs);
+  const env = await repeatsEnv(t, store);
+  const { key } = await prepareDatabase(env, receiver.url);
+  const server = await startServer(t, env);
+  for (let i = 0; i < pets; i++) {
+    assert.equal((await createPetAt(server.url, key, `{"name":"Rex ${i}","categoryId":${i}}`)).status, 201);
+  }
+  await receiver.waitFor(inFlight);
+  return { receiver, env, server };
+}
+
 for (const store of ['SQLite', 'PostgreSQL'] as const) {
   const skip = store === 'PostgreSQL' && postgresSkip;
 
   test(`${store}: a kill -9 mid-delivery repeats at most the attempts in flight`, { skip }, async (t) => {
-    const receiver = await slowReceiver(t, 30);
-    const env = await repeatsEnv(t, store);
-    const { key } = await prepareDatabase(env, receiver.url);
-    const first = await startServer(t, env);
-    for (let i = 0; i < 60; i++) {
-      assert.equal((await createPetAt(first.url, key, `{"name":"Rex ${i}","categoryId":${i}}`)).status, 201);
-    }
-    await receiver.waitFor(20);
+    const { receiver, env, server: first } = await delivering(t, store, { delayMs: 30, pets: 60, inFlight: 20 });
     first.child.kill('SIGKILL');
     await first.exited;
     // On SQLite the restarted service takes the leases back at once; on PostgreSQL once they expire.
@@ -67,14 +81,15 @@ for (const store of ['SQLite', 'PostgreSQL'] as const) {
     `${store}: a stop (SIGTERM) waits for the attempts in flight and records them: none is repeated after the restart`,
     { skip },
     async (t) => {
-      const receiver = await slowReceiver(t, 300);
-      const env = await repeatsEnv(t, store);
-      const { key } = await prepareDatabase(env, receiver.url);
-      const first = await startServer(t, env);
-      for (let i = 0; i < 20; i++) {
-        assert.equal((await createPetAt(first.url, key, `{"name":"Rex ${i}","categoryId":${i}}`)).status, 201);
-      }
-      await receiver.waitFor(CONCURRENCY + 1);
+      const {
+        receiver,
+        env,
+        server: first,
+      } = await delivering(t, store, {
+        delayMs: 300,
+        pets: 20,
+        inFlight: CONCURRENCY + 1,
+      });
       first.child.kill('SIGTERM');
       assert.equal((await first.exited).code, 0);
       await startServer(t, env);

@@ -8,7 +8,8 @@ import { startRelay, type RelayOptions } from '../src/events/relay.js';
 import { issueKey } from '../src/keys/issue.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/store.js';
-import type { ClaimedDelivery } from '../src/store/webhooks.js';
+import { formatEventId } from '../src/events/ids.js';
+import type { AttemptOutcome, ClaimedDelivery } from '../src/store/webhooks.js';
 
 export interface Received {
   headers: IncomingHttpHeaders;
@@ -199,4 +200,30 @@ export function createPetAt(base: string, key: string, body: string, headers: Re
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
     body,
   });
+}
+
+/** The outcome of `delivery`'s attempt at `at`, as a relay records it: a success, a failure retried at `retryAt`, or one given up. */
+export function outcomeOf(
+  delivery: ClaimedDelivery,
+  at: number,
+  result: 'ok' | 'retry' | 'give up',
+  retryAt = at + 60_000,
+  disableUnlessSuccessSince = at - 86_400_000,
+) {
+  return {
+    record: {
+      endpointId: delivery.endpointId,
+      eventId: formatEventId(delivery.position),
+      attempt: delivery.attempt,
+      at: new Date(at),
+      status: result === 'ok' ? 204 : 500,
+      error: result === 'ok' ? null : 'HTTP 500',
+      durationMs: 1,
+    },
+    position: delivery.position,
+    ok: result === 'ok',
+    retryAt: result === 'retry' ? retryAt : undefined,
+    disableUnlessSuccessSince,
+    jitter: 0,
+  } satisfies AttemptOutcome;
 }
