@@ -6,7 +6,9 @@ import { buildApp } from './app.js';
 import { settings, type Config } from './config.js';
 import { issueFirstKey } from './keys/issue.js';
 import { openStore } from './store/open.js';
+import { readMigrations, refuseUnknownMigrations } from './store/migrations.js';
 import { holdServeLock, ServedElsewhere } from './store/serve-lock.js';
+import { readSqliteMigrations } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { startTracing, stopTracing } from './tracing.js';
 import { version } from './version.js';
@@ -73,6 +75,9 @@ export async function openMigratedStore(
  */
 function serveAlone(config: Config): () => void {
   if (config.databaseUrl || config.sqlitePath === ':memory:') return () => {};
+  // A database a newer release has migrated is refused before the lock file is made: nothing
+  // is written (docs/operations.md#migrations); migrate checks again as it applies.
+  refuseUnknownMigrations(readMigrations('sqlite'), readSqliteMigrations(config.sqlitePath));
   try {
     return holdServeLock(resolve(config.sqlitePath));
   } catch (error) {

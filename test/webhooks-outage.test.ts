@@ -5,7 +5,7 @@ import { formatEventId } from '../src/events/ids.js';
 import type { AttemptOutcome } from '../src/store/webhooks.js';
 import { manualClock } from './helpers.js';
 import { storeKinds } from './stores.js';
-import { addEndpoint, outcomeOf, startReceiver, testRelay, until, webhooksCli } from './webhooks.js';
+import { addEndpoint, eventsListed, outcomeOf, startReceiver, testRelay, until, webhooksCli } from './webhooks.js';
 
 const pet = (name: string) => ({ name, categoryId: 1n, status: 'available' as const });
 
@@ -61,6 +61,7 @@ for (const kind of storeKinds) {
     await store.migrate();
     const endpoint = await addEndpoint(store, 'https://hooks.example/one');
     await store.createPet(pet('Rex'));
+    await eventsListed(store, 1);
     const now = Date.UTC(2026, 10, 30, 12);
     const wants = [{ endpointId: endpoint.id, count: 1, probe: false }];
     const [first] = await store.webhooks.claim({ now, leaseMs: 1000, owner: 'stalled', wants, batch: 10 });
@@ -101,6 +102,7 @@ for (const kind of storeKinds) {
     await store.migrate();
     const endpoint = await addEndpoint(store, 'https://hooks.example/one');
     await database.execute(eventRowsSql(kind.name, 1101));
+    await eventsListed(store, 100);
     const now = Date.UTC(2026, 10, 30, 12);
     const claim = (at: number, count: number) =>
       store.webhooks.claim({
@@ -130,6 +132,8 @@ for (const kind of storeKinds) {
     assert.equal(formatEventId(again!.position), waitingId);
     await finish([outcomeOf(again!, now + 86_400_001, 'ok')]);
     await database.execute(eventRowsSql(kind.name, 1));
+    const listedLast = async () => (await store.listEvents({ limit: 1, after: again!.position })).length > 0;
+    await until(listedLast, 10_000, 'the last event listed');
     const [last] = await claim(now + 86_400_002, 1);
     await finish([outcomeOf(last!, now + 86_400_003, 'ok')]);
     const after = (await store.webhooks.listAttempts(endpoint.id, 5000))!;

@@ -12,6 +12,7 @@ import { migratedStore, storeKinds, testTwoInstances } from './stores.js';
 import {
   addEndpoint,
   createPetAt,
+  eventsListed,
   holdingReceiver,
   outcomeOf,
   relayConfig,
@@ -89,6 +90,7 @@ for (const kind of storeKinds) {
     const a = (await addEndpoint(store, 'https://a.example/hook')).id;
     const b = (await addEndpoint(store, 'https://b.example/hook')).id;
     for (const name of ['one', 'two', 'three', 'four']) await store.createPet(pet(name));
+    await eventsListed(store, 4);
     const now = Date.UTC(2026, 10, 29, 12);
     const wants = [a, b].map((endpointId) => ({ endpointId, count: 8, probe: false }));
     const claim = (at: number) => store.webhooks.claim({ now: at, leaseMs: 60_000, owner: 'test', wants, batch: 100 });

@@ -152,6 +152,15 @@ export function testRelay(
   return { relay, lines, looked };
 }
 
+/**
+ * Waits until the feed lists `count` events: on PostgreSQL an event is handed out once the feed
+ * can list it, after every transaction older than its own has ended (docs/events.md#ordering),
+ * which another test on the same server may hold open a moment.
+ */
+export async function eventsListed(store: Store, count: number) {
+  await until(async () => (await store.listEvents({ limit: 100 })).length >= count, 10_000, `${count} events listed`);
+}
+
 /** Runs `petstore webhooks …` in process on `store`; resolves to its exit status and output lines. */
 export async function webhooksCli(
   store: Store,
