@@ -9,6 +9,7 @@ import {
   toEndpoint,
   toEndpointState,
   ATTEMPTS_KEPT,
+  type AttemptOutcome,
   type AttemptRow,
   type ClaimQuery,
   type EndpointRow,
@@ -286,16 +287,56 @@ function settled(before: EndpointState, after: EndpointState, releasedAt: number
   );
 }
 
+type StateRow = EndpointStateRow & { id: bigint | null };
+type Held = { outcome: AttemptOutcome; index: number }[];
+
+/** An endpoint's outcomes of a batch, held under the lease, with its state after them. */
+interface After extends ReturnType<typeof endpointAfterOutcomes> {
+  id: number;
+  items: Held;
+}
+
 /**
  * See WebhookStore.finish, in two statements however many endpoints and attempts (three when an
  * endpoint's state changes): the deliveries still leased locked, and each endpoint read; the
  * rows of the endpoints whose state the outcomes change locked (ascending), and their outcomes
  * worked out again from them; then everything written, as arrays.
  */
-async function finishAll(run: Run, client: pg.PoolClient, { owner, retryMs, outcomes }: FinishQuery) {
-  const results: FinishResult['outcomes'] = outcomes.map(() => 'lost');
+async function finishAll(run: Run, client: pg.PoolClient, query: FinishQuery): Promise<FinishResult> {
+  const { rows, byEndpoint } = await readHeld(run, client, query);
+  const afterOf = (row: StateRow): After => {
+    const items = byEndpoint.get(Number(row.id))!;
+    const outcomes = items.map(({ outcome }) => outcome);
+    return { id: Number(row.id), items, ...endpointAfterOutcomes(toEndpointState(row), outcomes, query.retryMs) };
+  };
+  const read = rows.filter((row) => row.id !== null && byEndpoint.has(Number(row.id)));
+  const changed = read.filter((row) => {
+    const { state, releasedAt } = afterOf(row);
+    return !settled(toEndpointState(row), state, releasedAt);
+  });
+  // Worked out again from the locked rows: what was read may have changed meanwhile.
+  const locked = changed.length
+    ? (await run<StateRow>(statements.lockStates, [changed.map((row) => Number(row.id))], client)).rows.map(afterOf)
+    : [];
+  const afters = [...read.filter((row) => !changed.includes(row)).map(afterOf), ...locked];
+  const results: FinishResult['outcomes'] = query.outcomes.map(() => 'lost');
+  for (const { items, disabled } of afters) {
+    for (const [i, { index }] of items.entries()) results[index] = disabled[i] ? 'disabled' : 'recorded';
+  }
+  if (afters.length > 0) await writeAll(run, client, query.owner, afters, locked);
+  const endpoints = afters.map(({ id, state }) => ({
+    id,
+    failures: state.failures,
+    probeAt: state.probeAt,
+    succeeded: state.lastSuccessAt !== null,
+  }));
+  return { outcomes: results, endpoints };
+}
+
+/** The endpoints' rows as they are, and the outcomes whose deliveries are still `owner`'s (locked), by endpoint. */
+async function readHeld(run: Run, client: pg.PoolClient, { owner, outcomes }: FinishQuery) {
   const ids = [...new Set(outcomes.map((o) => o.record.endpointId))].sort((a, b) => a - b);
-  const { rows } = await run<EndpointStateRow & { id: bigint | null; n: bigint | null }>(
+  const { rows } = await run<StateRow & { n: bigint | null }>(
     statements.readOutcomes,
     [
       ids,
@@ -307,45 +348,21 @@ async function finishAll(run: Run, client: pg.PoolClient, { owner, retryMs, outc
     client,
   );
   const held = new Set(rows.filter((row) => row.n !== null).map((row) => Number(row.n) - 1));
-  const kept = outcomes.map((outcome, index) => ({ outcome, index })).filter(({ index }) => held.has(index));
-  const byEndpoint = new Map<number, typeof kept>();
-  for (const item of kept) {
-    const items = byEndpoint.get(item.outcome.record.endpointId) ?? [];
-    items.push(item);
-    byEndpoint.set(item.outcome.record.endpointId, items);
+  const byEndpoint = new Map<number, Held>();
+  for (const [index, outcome] of outcomes.entries()) {
+    if (!held.has(index)) continue;
+    const items = byEndpoint.get(outcome.record.endpointId) ?? [];
+    items.push({ outcome, index });
+    byEndpoint.set(outcome.record.endpointId, items);
   }
-  const afterOf = (row: EndpointStateRow & { id: bigint | null }) => {
-    const items = byEndpoint.get(Number(row.id))!;
-    return {
-      id: Number(row.id),
-      items,
-      ...endpointAfterOutcomes(
-        toEndpointState(row),
-        items.map(({ outcome }) => outcome),
-        retryMs,
-      ),
-    };
-  };
-  const read = rows.filter((row) => row.id !== null && byEndpoint.has(Number(row.id))).map(afterOf);
-  const changed = read.filter(({ id, state, releasedAt }) => {
-    const before = toEndpointState(rows.find((row) => row.id !== null && Number(row.id) === id)!);
-    return !settled(before, state, releasedAt);
-  });
-  const locked =
-    changed.length === 0
-      ? []
-      : (
-          await run<EndpointStateRow & { id: bigint }>(statements.lockStates, [changed.map(({ id }) => id)], client)
-        ).rows.map(afterOf);
-  const afters = [...read.filter(({ id }) => !changed.some((c) => c.id === id)), ...locked];
-  for (const { items, disabled } of afters) {
-    for (const [i, { index }] of items.entries()) results[index] = disabled[i] ? 'disabled' : 'recorded';
-  }
-  if (afters.length === 0) return { outcomes: results, endpoints: [] };
-  const states = locked.map(({ id, state, releasedAt }) => ({ id, state, releasedAt: releasedAt ?? null }));
-  // Only the outcomes of endpoints still there (one removed meanwhile has no row to lock).
-  const written = kept.filter(({ index }) => results[index] !== 'lost').map(({ outcome }) => outcome);
+  return { rows: rows.filter((row) => row.n === null), byEndpoint };
+}
+
+/** The outcomes of `afters` (endpoints still there), and the state of those `locked`, in one statement. */
+async function writeAll(run: Run, client: pg.PoolClient, owner: string, afters: After[], locked: After[]) {
+  const written = afters.flatMap(({ items }) => items.map(({ outcome }) => outcome));
   const records = written.map((o) => o.record);
+  const states = locked.map(({ state }) => state);
   await run(
     statements.writeOutcomes,
     [
@@ -360,24 +377,17 @@ async function finishAll(run: Run, client: pg.PoolClient, { owner, retryMs, outc
       records.map((r) => r.durationMs),
       written.map((o) => (o.ok || o.retryAt === undefined ? null : o.retryAt)),
       owner,
-      states.map(({ id }) => id),
-      states.map(({ state }) => state.failures),
-      states.map(({ state }) => state.probeAt),
-      states.map(({ state }) => state.lastSuccessAt),
-      states.map(({ state }) => state.lastFailureAt),
-      states.map(({ state }) => state.failingSince),
-      states.map(({ state }) => state.disabledAt),
-      states.map(({ releasedAt }) => releasedAt),
+      locked.map(({ id }) => id),
+      states.map((state) => state.failures),
+      states.map((state) => state.probeAt),
+      states.map((state) => state.lastSuccessAt),
+      states.map((state) => state.lastFailureAt),
+      states.map((state) => state.failingSince),
+      states.map((state) => state.disabledAt),
+      locked.map(({ releasedAt }) => releasedAt ?? null),
     ],
     client,
   );
-  const endpoints = afters.map(({ id, state }) => ({
-    id,
-    failures: state.failures,
-    probeAt: state.probeAt,
-    succeeded: state.lastSuccessAt !== null,
-  }));
-  return { outcomes: results, endpoints };
 }
 
 /** onEventsWritten: one listening connection, while any listener is there. */
