@@ -319,6 +319,14 @@ for (const kind of storeKinds) {
     assert.match(text, /^petstore_webhook_attempts_total\{result="timeout"\} 0$/m);
     assert.match(text, /^petstore_webhook_events_waiting 0$/m);
     assert.match(text, /^petstore_webhook_oldest_waiting_seconds 0$/m);
+    // The relay's store calls are timed like the requests' (docs/operations.md#metrics).
+    for (const method of ['webhooks.claim', 'webhooks.finish', 'webhooks.relayEndpoints']) {
+      const count = new RegExp(
+        `^petstore_store_duration_seconds_count\\{method="${method}",outcome="ok"\\} ([0-9]+)$`,
+        'm',
+      );
+      assert.ok(Number(count.exec(text)?.[1] ?? 0) >= 1, `${method} timed`);
+    }
   });
 }
 
