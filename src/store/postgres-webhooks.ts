@@ -187,9 +187,9 @@ interface ClaimRow extends Partial<Omit<EventRow, 'tx'>> {
  * `connection` is the settings of the connection each relay listens for commits on.
  */
 export function postgresWebhooks(
-  run: Run,
   inTransaction: <T>(work: (client: pg.PoolClient) => Promise<T>) => Promise<T>,
   connection: pg.ClientConfig,
+  run: Run,
 ): WebhookStore {
   return {
     ...endpointCommands(run),

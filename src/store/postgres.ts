@@ -473,17 +473,13 @@ export function openPostgresStore(
 
   const store: Store = {
     idsVisibleInOrder: false,
-    webhooks: postgresWebhooks(
-      async (text, values, client) => {
-        try {
-          return await (client ?? pool).query(text, values);
-        } catch (error) {
-          throw translate(error);
-        }
-      },
-      inTransaction,
-      connection,
-    ),
+    webhooks: postgresWebhooks(inTransaction, connection, async (text, values, client) => {
+      try {
+        return await (client ?? pool).query(text, values);
+      } catch (error) {
+        throw translate(error);
+      }
+    }),
     isDiskError,
     probeWrite,
 
