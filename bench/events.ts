@@ -4,11 +4,14 @@
 // the last 201, and the lag from each 201 to its event's first delivery. Then the backlog measure:
 // the service's RSS with 100,000 events waiting for a receiver that hangs, against none waiting.
 // bench/README.md explains it.
+// Then the relay's measures (bench/relay.ts): idle latency, endpoints hanging beside a healthy
+// one, deliveries a second to one fast receiver, the drain after an outage.
 // Alone, after `npm run build`:
 //   node --import tsx bench/events.ts [--seconds 5] [--rate 250,1000] [--backlog 100000] [--postgres]
-//     [--webhook-concurrency <n>]
+//     [--webhook-concurrency <n>] [--relay idle,hanging,throughput,outage] [--hanging 30,1000]
+//     [--throughput 30000] [--outage 8]
 // (--rate 0: the backlog measure alone; --backlog 0: without it; --webhook-concurrency: the
-// service's PETSTORE_WEBHOOK_CONCURRENCY, its default without it).
+// service's PETSTORE_WEBHOOK_CONCURRENCY, its default without it; --relay none: no relay measure).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -16,10 +19,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
-import { settings } from '../src/config.js';
 import { CONNECTIONS } from './load.js';
 import { runPetstore, startReceiver, startService } from './processes.js';
-import { renderBacklog, renderEvents, type BacklogRun, type EventsRun } from './report.js';
+import { RELAY_PLAN, runRelayMeasures, type RelayPlan } from './relay.js';
+import { renderBacklog, renderEvents, renderRelay, type BacklogRun, type EventsRun } from './report.js';
 import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, writeEvents, type Seeded } from './seed.js';
 
 /** One 201: when it arrived (`Date.now()`) and the created pet's id. */
@@ -226,7 +229,7 @@ export async function runEvents(
 
 /** Events written for the backlog measure: what a long outage of a receiver leaves waiting. */
 export const BACKLOG_EVENTS = 100_000;
-/** Events written first: one window of the relay's (src/events/relay.ts), a backlog too small to matter. */
+/** Events written first: a backlog too small to matter (the relay hands out 100 at a time: src/events/relay.ts). */
 const BACKLOG_FEW = 1_000;
 // RSS is read once a second for this many seconds, /metrics scraped before each reading; the
 // median is reported.
@@ -246,7 +249,7 @@ function medianOf(values: (number | undefined)[]): number | undefined {
  * The backlog measure on `store`: the service as shipped, on the store `seeded` (fresh), one
  * endpoint added at a receiver that never answers; its RSS with no event waiting, then with
  * BACKLOG_FEW events written straight into the store (the service running meanwhile: the relay
- * now holds PETSTORE_WEBHOOK_CONCURRENCY attempts to the receiver), then with `events`. /metrics
+ * now holds an attempt to the receiver, then probes it on its back-off), then with `events`. /metrics
  * is scraped each second throughout, so what its gauges cost is in the figures. The backlog's own
  * cost is the last against the second; against the first, the relay at work counts too.
  */
@@ -293,12 +296,11 @@ export async function runBacklog(
       await settle(BACKLOG_SAMPLES);
       const rssNone = await sample();
       const seenNone = waiting;
-      // One window first: the relay as busy as with any backlog (its attempts held, retried).
+      // A batch first: the relay as busy as with any backlog (its attempt held, then retried; an
+      // endpoint that has not answered holds one slot).
       await writeEvents(seeded, few);
-      // The shipped setting: PETSTORE_WEBHOOK_CONCURRENCY's default.
-      const concurrency = Number(settings.webhookConcurrency.default);
       const deadline = Date.now() + 30_000;
-      while (Number(await (await fetch(`${receiver.url}/count`)).text()) < concurrency) {
+      while (Number(await (await fetch(`${receiver.url}/count`)).text()) < 1) {
         if (Date.now() > deadline) throw new Error(`the relay did not reach the receiver:\n${service.output()}`);
         await sleep(100);
       }
@@ -333,6 +335,27 @@ export async function runBacklog(
   }
 }
 
+/** The relay measures the command line asks for (--relay, --hanging, --throughput, --outage). */
+export function relayPlan(values: {
+  relay?: string;
+  hanging?: string;
+  throughput?: string;
+  outage?: string;
+}): RelayPlan {
+  const measures = (values.relay ?? '').split(',').filter((m) => m !== '' && m !== 'none');
+  for (const measure of measures) {
+    if (!(RELAY_PLAN.measures as string[]).includes(measure)) {
+      throw new Error(`--relay takes ${RELAY_PLAN.measures.join(', ')} or none, comma-separated (got ${measure})`);
+    }
+  }
+  return {
+    measures: measures as RelayPlan['measures'],
+    hanging: (values.hanging ?? RELAY_PLAN.hanging.join(',')).split(',').map(Number),
+    throughputEvents: Number(values.throughput ?? RELAY_PLAN.throughputEvents),
+    outageSeconds: Number(values.outage ?? RELAY_PLAN.outageSeconds),
+  };
+}
+
 /**
  * `run` on a fresh store of each kind, each seeded with 10,000 pets: a SQLite file in `folder`,
  * then, when `postgres`, a PostgreSQL schema of its own, dropped after. Every service on a store
@@ -362,6 +385,10 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
       backlog: { type: 'string', default: String(BACKLOG_EVENTS) },
       postgres: { type: 'boolean', default: false },
       'webhook-concurrency': { type: 'string' },
+      relay: { type: 'string', default: RELAY_PLAN.measures.join(',') },
+      hanging: { type: 'string', default: RELAY_PLAN.hanging.join(',') },
+      throughput: { type: 'string', default: String(RELAY_PLAN.throughputEvents) },
+      outage: { type: 'string', default: String(RELAY_PLAN.outageSeconds) },
     },
   });
   const temp = mkdtempSync(join(tmpdir(), 'petstore-bench-events-'));
@@ -394,9 +421,17 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
         )),
       );
     }
+    const plan = relayPlan(values);
+    const relay = plan.measures.length
+      ? await runRelayMeasures(plan, (name, run) => onEachStore({ folder: temp, name, postgres }, run), {
+          logFile: (name) => logFile('relay', name),
+          log: (line) => process.stderr.write(`${line}\n`),
+        })
+      : undefined;
     const lines = [
       ...(runs.length ? renderEvents(runs) : []),
       ...(backlogs.length ? ['', ...renderBacklog(backlogs)] : []),
+      ...(relay ? renderRelay(relay) : []),
     ];
     process.stdout.write(`${lines.join('\n').trim()}\n`);
   } finally {

@@ -64,7 +64,87 @@ export interface RunInfo {
    * and the replica over the run, or why it was not measured.
    */
   replica?: { primaryReads: number; replicaReads: number } | string;
+  /** The relay's measures (bench/relay.ts): idle latency, hanging endpoints, pace, the drain after an outage. */
+  relay?: RelayRuns;
 }
+
+/** Idle latency (bench/relay.ts, runIdle): pets created one at a time, each 201 to its delivery. */
+export interface IdleRun {
+  store: 'SQLite' | 'PostgreSQL';
+  /** Services sharing the store; the pets are created on the first. */
+  instances: number;
+  count: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+/** Hanging endpoints beside a healthy one (bench/relay.ts, runHanging). */
+export interface HangingRun {
+  store: 'SQLite' | 'PostgreSQL';
+  /** Endpoints at a receiver that never answers, each owed `backlog` events. */
+  hanging: number;
+  backlog: number;
+  /** New pets, created `gapMs` apart, and each one's 201 to its delivery at the healthy endpoint. */
+  count: number;
+  gapMs: number;
+  p50Ms: number;
+  maxMs: number;
+  /** Attempts the hanging receiver had got by the end. */
+  held: number;
+}
+
+/** Deliveries a second to one fast receiver (bench/relay.ts, runThroughput). */
+export interface ThroughputRun {
+  store: 'SQLite' | 'PostgreSQL';
+  instances: number;
+  events: number;
+  /** From the first delivery to the last. */
+  seconds: number;
+  perSecond: number;
+  /** The services' CPU time per second of it, summed over the instances. */
+  cpuShare: number;
+  /** The relays' time in store calls (claims, outcomes) per second of it, summed over the instances. */
+  storeShare: number;
+  duplicates: number;
+}
+
+/** The drain after an outage (bench/relay.ts, runOutage). */
+export interface OutageRun {
+  store: 'SQLite' | 'PostgreSQL';
+  outageSeconds: number;
+  /** Pets created during the outage. */
+  waiting: number;
+  /** PETSTORE_WEBHOOK_RETRY_MS. */
+  retryMs: number;
+  /** From the first success after the outage to the last of them delivered. */
+  drainMs: number;
+  /** Events that arrived before an older one. */
+  outOfOrder: number;
+  /** Attempts the receiver answered 503. */
+  failedAttempts: number;
+}
+
+export interface RelayRuns {
+  idle: IdleRun[];
+  hanging: HangingRun[];
+  throughput: ThroughputRun[];
+  outage: OutageRun[];
+}
+
+/** The relay's targets (docs/webhooks.md#the-relay), judged on each run of the report. */
+export const RELAY_TARGETS = {
+  /** One SQLite instance: 201 to an idle receiver's delivery. */
+  idleSqlite: { p50Ms: 50, maxMs: 250 },
+  /** Two PostgreSQL instances, created on one, delivered by either. */
+  idlePostgres: { p50Ms: 100 },
+  /** A healthy endpoint's new events beside any number of hanging ones. */
+  hangingMaxMs: 1000,
+  /** One fast receiver, one SQLite instance. */
+  sqlitePerSecond: 3000,
+  /** From the first success after an outage to the last event waiting delivered. */
+  outageDrainMs: 2000,
+};
 
 /**
  * The service's memory with a backlog (bench/events.ts, runBacklog): one endpoint at a receiver
@@ -364,6 +444,82 @@ export function renderBacklog(runs: BacklogRun[]): string[] {
   ];
 }
 
+/** Whether an idle run meets its target, in words; a dash for a run without one (PostgreSQL, one instance). */
+function idleTarget(run: IdleRun): string {
+  if (run.store === 'SQLite') {
+    const { p50Ms, maxMs } = RELAY_TARGETS.idleSqlite;
+    return `p50 ≤ ${p50Ms}, max ≤ ${maxMs}: ${mark(run.p50Ms <= p50Ms && run.maxMs <= maxMs)}`;
+  }
+  if (run.instances < 2) return '—';
+  return `p50 ≤ ${RELAY_TARGETS.idlePostgres.p50Ms}: ${mark(run.p50Ms <= RELAY_TARGETS.idlePostgres.p50Ms)}`;
+}
+
+/** The relay's measures, each a sub-section of the events section with its table. */
+export function renderRelay({ idle, hanging, throughput, outage }: RelayRuns): string[] {
+  const lines: string[] = [];
+  if (idle.length) {
+    lines.push(
+      '',
+      '### Woken by each commit: an idle receiver',
+      '',
+      `Pets created one at a time, ${idle[0]!.count} per row with a pause between, each 201 to its delivery at \`bench/receiver.mjs\` (idle between them); with two PostgreSQL instances, created on the first, delivered by whichever relay leases it (docs/webhooks.md#the-relay).`,
+      '',
+      '| store | instances | pets | p50 ms | p99 ms | max ms | target |',
+      '|---|---:|---:|---:|---:|---:|---|',
+      ...idle.map(
+        (r) =>
+          `| ${r.store} | ${r.instances} | ${int(r.count)} | ${orNa(r.p50Ms)} | ${orNa(r.p99Ms)} | ${orNa(r.maxMs)} | ${idleTarget(r)} |`,
+      ),
+    );
+  }
+  if (hanging.length) {
+    lines.push(
+      '',
+      '### Endpoints that hang beside a healthy one',
+      '',
+      `One healthy endpoint, up; then endpoints at a \`bench/receiver.mjs\` that never answers (the shipped timeout, 10 s, each attempt then retried), each owed a backlog written into the store; once the healthy one has the backlog, ${hanging[0]!.count} pets created ${hanging[0]!.gapMs} ms apart: each 201 to its delivery at the healthy endpoint (docs/webhooks.md#isolation).`,
+      '',
+      '| store | endpoints hanging | events each owed | new pets | lag p50 ms | lag max ms | attempts held by the hanging receiver | within 1 s |',
+      '|---|---:|---:|---:|---:|---:|---:|---|',
+      ...hanging.map(
+        (r) =>
+          `| ${r.store} | ${int(r.hanging)} | ${int(r.backlog)} | ${int(r.count)} | ${orNa(r.p50Ms)} | ${orNa(r.maxMs)} | ${int(r.held)} | ${mark(r.maxMs < RELAY_TARGETS.hangingMaxMs)} |`,
+      ),
+    );
+  }
+  if (throughput.length) {
+    lines.push(
+      '',
+      '### Pace: one fast receiver',
+      '',
+      `Events written straight into the store, delivered to \`bench/receiver.mjs\` answering 204 at once: deliveries a second from the first to the last. Per second of it, the services' CPU time (summed over the instances: 1.00 is a core busy throughout) and the relays' time in store calls (leases and outcomes, from \`/metrics\`): where the CPU share is well below 1 and the store share is high, the store is the limit (docs/webhooks.md#pace).`,
+      '',
+      '| store | instances | events | deliveries/s | service CPU per second | store calls per second | duplicates | target |',
+      '|---|---:|---:|---:|---:|---:|---:|---|',
+      ...throughput.map(
+        (r) =>
+          `| ${r.store} | ${r.instances} | ${int(r.events)} | ${int(r.perSecond)} | ${r.cpuShare.toFixed(2)} s | ${r.storeShare.toFixed(2)} s | ${r.duplicates} | ${r.store === 'SQLite' && r.instances === 1 ? `≥ ${int(RELAY_TARGETS.sqlitePerSecond)}: ${mark(r.perSecond >= RELAY_TARGETS.sqlitePerSecond)}` : '—'} |`,
+      ),
+    );
+  }
+  if (outage.length) {
+    lines.push(
+      '',
+      '### After an outage',
+      '',
+      `\`bench/receiver.mjs\` answers 503 for ${outage[0]!.outageSeconds} s, ${int(outage[0]!.waiting)} pets created meanwhile, then 204 (\`PETSTORE_WEBHOOK_RETRY_MS=${outage[0]!.retryMs}\`): from the first success to the last of them delivered. The endpoint is probed on its back-off, and its first success releases everything waiting (docs/webhooks.md#back-off-per-endpoint). "Out of order": events that arrived before an older one (attempts in flight side by side).`,
+      '',
+      '| store | outage | events waiting | first success to the last delivered | out of order | attempts answered 503 | within 2 s |',
+      '|---|---:|---:|---:|---:|---:|---|',
+      ...outage.map(
+        (r) =>
+          `| ${r.store} | ${r.outageSeconds} s | ${int(r.waiting)} | ${int(r.drainMs)} ms | ${r.outOfOrder} | ${int(r.failedAttempts)} | ${mark(r.drainMs <= RELAY_TARGETS.outageDrainMs)} |`,
+      ),
+    );
+  }
+  return lines;
+}
+
 /** The report's pages: bench/results/latest.md, chart.svg, and the summary the other pages copy. */
 export function renderReport(measured: Measured[], info: RunInfo): { latest: string; chart: string; summary: string } {
   const bare = measured.find((m) => m.store === 'bare')!;
@@ -502,14 +658,14 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
   }
 
   const eventLines: string[] = [];
-  if (info.events?.length || info.backlog?.length) {
+  if (info.events?.length || info.backlog?.length || info.relay) {
     eventLines.push('', '## Events: webhook delivery to a local receiver');
   }
   if (info.events?.length) {
     const rates = [...new Set(info.events.map((run) => int(run.rate)))].join(' and ');
     eventLines.push(
       '',
-      `The service as shipped on a store of its own (10,000 pets), with \`PETSTORE_WEBHOOK_ALLOW_HTTP=127.0.0.1\` and one endpoint added with \`petstore webhooks add\`: \`bench/receiver.mjs\`, on loopback, answering 204 at once. Creates at a steady ${rates} a second, ${info.events[0]!.seconds} s each (after a warm-up of the same rate, delivered and not counted), each 201 matched with its event's first delivery by the pet's id. "Delivered events/s while creating": events first delivered from the first create to the last 201, a second; "drain": from the last 201 to the last event's delivery; "lag": from a 201 to its event's delivery (the relay looks every half second: docs/webhooks.md#the-relay).`,
+      `The service as shipped on a store of its own (10,000 pets), with \`PETSTORE_WEBHOOK_ALLOW_HTTP=127.0.0.1\` and one endpoint added with \`petstore webhooks add\`: \`bench/receiver.mjs\`, on loopback, answering 204 at once. Creates at a steady ${rates} a second, ${info.events[0]!.seconds} s each (after a warm-up of the same rate, delivered and not counted), each 201 matched with its event's first delivery by the pet's id. "Delivered events/s while creating": events first delivered from the first create to the last 201, a second; "drain": from the last 201 to the last event's delivery; "lag": from a 201 to its event's delivery (each commit wakes the relay: docs/webhooks.md#the-relay).`,
       '',
       ...renderEvents(info.events),
     );
@@ -519,11 +675,12 @@ export function renderReport(measured: Measured[], info: RunInfo): { latest: str
       '',
       `### Memory with ${int(info.backlog[0]!.events)} events waiting for a receiver that hangs`,
       '',
-      `The service as shipped on a store of its own, one endpoint at \`bench/receiver.mjs\` answering no delivery (each attempt held until the service's timeout, then retried). Its RSS is read once a second for ${info.backlog[0]!.readings} s, \`/metrics\` scraped each second throughout: with no event waiting; with ${int(info.backlog[0]!.few)} written into the store, the relay holding its \`PETSTORE_WEBHOOK_CONCURRENCY\` attempts; with ${int(info.backlog[0]!.events)} in all; each phase with events waiting ${info.backlog[0]!.settleSeconds} s before its readings, the attempts timing out and retried meanwhile. The medians, and the peak from the last writing on. What the backlog itself costs is "${int(info.backlog[0]!.events)} against ${int(info.backlog[0]!.few)}"; against none, the relay at work counts too. The relay hands out a bounded window of events per endpoint and keeps only the attempts in flight in memory (docs/webhooks.md#the-relay).`,
+      `The service as shipped on a store of its own, one endpoint at \`bench/receiver.mjs\` answering no delivery (each attempt held until the service's timeout, then retried). Its RSS is read once a second for ${info.backlog[0]!.readings} s, \`/metrics\` scraped each second throughout: with no event waiting; with ${int(info.backlog[0]!.few)} written into the store, the relay holding its attempt (an endpoint that has not answered holds one slot, then is probed on its back-off); with ${int(info.backlog[0]!.events)} in all; each phase with events waiting ${info.backlog[0]!.settleSeconds} s before its readings, the attempts timing out and retried meanwhile. The medians, and the peak from the last writing on. What the backlog itself costs is "${int(info.backlog[0]!.events)} against ${int(info.backlog[0]!.few)}"; against none, the relay at work counts too. The relay hands out a bounded batch of events per endpoint and keeps only the attempts in flight in memory (docs/webhooks.md#the-relay).`,
       '',
       ...renderBacklog(info.backlog),
     );
   }
+  if (info.relay) eventLines.push(...renderRelay(info.relay));
 
   const soakLines: string[] = [];
   if (info.soak) {

@@ -3,13 +3,15 @@
 // Options: --pets 10000[,1000000] --rounds 3 --duration 5 --warmup 1 --quick --postgres / --no-postgres
 // --soak <seconds>: then the 90/10 mix on the shipped SQLite service for that long, RSS every minute.
 // --events-rate 250,1000: creates a second of the events rows (webhook delivery, bench/events.ts), each
-// store's backlog measure after them; 0: none of them.
+// store's backlog measure and the relay's measures (bench/relay.ts) after them; 0: none of them.
+// --relay idle,hanging,throughput,outage --hanging 30,1000 --throughput 30000 --outage 8: which relay
+// measures, and their sizes (none: no relay measure).
 import { copyFileSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
-import { BACKLOG_EVENTS, onEachStore, runBacklog, runEvents } from './events.js';
+import { BACKLOG_EVENTS, onEachStore, relayPlan, runBacklog, runEvents } from './events.js';
 import { drive, hasWrk, workload, type Sample, type WorkloadName } from './load.js';
 import {
   pinning,
@@ -28,10 +30,12 @@ import {
   type BacklogRun,
   type EventsRun,
   type Measured,
+  type RelayRuns,
   type RunInfo,
   type SoakMinute,
 } from './report.js';
 import { clusterMissing, startPair } from './pg-cluster.js';
+import { RELAY_PLAN, runRelayMeasures } from './relay.js';
 import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
 
 const SERVER_CPU = 1;
@@ -50,6 +54,10 @@ const { values: options } = parseArgs({
     // Seconds of the 90/10 mix on the shipped SQLite service after the rounds, RSS read every minute.
     soak: { type: 'string' },
     'events-rate': { type: 'string', default: '250,1000' },
+    relay: { type: 'string', default: RELAY_PLAN.measures.join(',') },
+    hanging: { type: 'string', default: RELAY_PLAN.hanging.join(',') },
+    throughput: { type: 'string', default: String(RELAY_PLAN.throughputEvents) },
+    outage: { type: 'string', default: String(RELAY_PLAN.outageSeconds) },
   },
 });
 const quick = options.quick;
@@ -68,6 +76,7 @@ if (options.soak !== undefined && !(Number.isInteger(soakSeconds) && soakSeconds
 }
 const SOAK_MINUTE = 60;
 const eventsRates = options['events-rate'].split(',').map(Number);
+const relayMeasures = relayPlan(options);
 if (!eventsRates.every((rate) => rate >= 0)) {
   throw new Error('--events-rate takes creates a second, comma-separated, 0 for no events row');
 }
@@ -342,9 +351,9 @@ async function main() {
   }
   addBare(await measure(bareTarget, 'list', seconds));
 
-  const { events, backlog } = eventsRates.some((rate) => rate > 0)
+  const { events, backlog, relay } = eventsRates.some((rate) => rate > 0)
     ? await eventsRun(targets.some((target) => target.id === 'pg-1'))
-    : { events: undefined, backlog: undefined };
+    : { events: undefined, backlog: undefined, relay: undefined };
   const soak = soakSeconds > 0 ? await soakRun(targets.find((target) => target.id === 'sqlite-10000')!) : undefined;
   const replicaTarget = targets.find((target) => target.id === 'pg-replica');
   const replication = replicaTarget ? await readsByServer(replicaTarget) : undefined;
@@ -386,6 +395,7 @@ async function main() {
     events,
     backlog,
     replica: replication ?? replicaNote,
+    relay,
   };
   for (const target of targets) {
     for (const instance of target.instances) {
@@ -399,10 +409,13 @@ async function main() {
 /**
  * The events rows: on a SQLite store of its own, and a PostgreSQL schema of its own when
  * PostgreSQL was measured, one `seconds × rounds` run of creates at each --events-rate.
- * Then each store's backlog measure (bench/events.ts, runBacklog), on a store of its own too.
+ * Then each store's backlog measure (bench/events.ts, runBacklog), on a store of its own too, and
+ * the relay's measures (bench/relay.ts), each on stores of their own.
  * Their own stores: every service on a store runs a relay, and the shipped rows' have no endpoint.
  */
-async function eventsRun(postgres: boolean): Promise<{ events: EventsRun[]; backlog: BacklogRun[] }> {
+async function eventsRun(
+  postgres: boolean,
+): Promise<{ events: EventsRun[]; backlog: BacklogRun[]; relay: RelayRuns | undefined }> {
   const runs: EventsRun[] = [];
   const options = { seconds: seconds * rounds, warmup, serverCpu: SERVER_CPU, receiverCpu: RECEIVER_CPU };
   for (const rate of eventsRates.filter((rate) => rate > 0)) {
@@ -432,7 +445,15 @@ async function eventsRun(postgres: boolean): Promise<{ events: EventsRun[]; back
         `${mib(run.rssWaiting, 1)} with ${run.waitingSeen} (peak ${mib(run.peakWaiting, 1)}), ${run.attempts} attempts held`,
     );
   }
-  return { events: runs, backlog };
+  const plan = relayMeasures;
+  const relay = plan.measures.length
+    ? await runRelayMeasures(plan, (name, run) => onEachStore({ folder: temp, name, postgres }, run), {
+        ...backlogOptions,
+        logFile: (name) => logFile(`relay-${name}`),
+        log,
+      })
+    : undefined;
+  return { events: runs, backlog, relay };
 }
 
 /**

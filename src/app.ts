@@ -22,7 +22,7 @@ import { parseQuery } from './http/query.js';
 import { loggingOptions } from './http/request-log.js';
 import { tracing } from './http/tracing.js';
 import { compileValidator } from './http/validation.js';
-import { events } from './events/events.js';
+import { events, type EventsOptions } from './events/events.js';
 import { keyMemory } from './keys/memory.js';
 import { pets } from './pets/pets.js';
 import { sharedSchemas } from './schemas.js';
@@ -46,6 +46,13 @@ export interface AppDeps {
   keyUseFlushMs?: number;
   /** How often expired events are looked for (src/events/retention.ts); every minute by default. */
   eventPruneEveryMs?: number;
+  /**
+   * Whether this app's process delivers webhooks (src/events/work.ts): `serve` passes
+   * PETSTORE_WEBHOOK_DELIVERY; off by default, so an app a test builds delivers only when asked.
+   */
+  deliverWebhooks?: boolean;
+  /** The relay's own options (src/events/relay.ts) and its grace on close, for tests. */
+  relay?: EventsOptions['relay'] & { graceMs?: number };
 }
 
 /**
@@ -62,6 +69,8 @@ export async function buildApp({
   hitFlushMs,
   keyUseFlushMs,
   eventPruneEveryMs,
+  deliverWebhooks = false,
+  relay: { graceMs, ...relay } = {},
 }: AppDeps): Promise<FastifyInstance> {
   const metrics = createMetrics(plainStore, clock);
   const store = new InstrumentedStore(
@@ -169,10 +178,17 @@ export async function buildApp({
     countDeprecatedCall: metrics.countDeprecatedCall,
     noteDeprecatedUse: keys.noteDeprecatedUse,
   });
-  await app.register(events, { store, clock, config, pruneEveryMs: eventPruneEveryMs });
+  await app.register(events, {
+    store,
+    clock,
+    config,
+    deliver: deliverWebhooks,
+    countAttempt: metrics.countWebhookAttempt,
+    pruneEveryMs: eventPruneEveryMs,
+    relay,
+    graceMs,
+  });
   registerMetrics(app, metrics, app.authenticate);
-  // The relay runs beside the app (server.ts starts it) and counts its attempts here.
-  app.decorate('countWebhookAttempt', metrics.countWebhookAttempt);
   for (const url of ['/v1/openapi.json', '/healthz', '/readyz', '/metrics']) refuseOtherMethods(app, url, ['GET']);
 
   return app;

@@ -400,9 +400,9 @@ export const settings = {
   webhookConcurrency: {
     env: 'PETSTORE_WEBHOOK_CONCURRENCY',
     description:
-      'Most webhook attempts this instance has in flight at once, all endpoints together; it makes at most about 100 times as many a second (docs/webhooks.md#the-relay).',
+      'Most webhook attempts this instance has in flight at once, all endpoints together; each endpoint holds at most its share, and a quarter is kept for endpoints that answer (docs/webhooks.md#isolation).',
     format: 'integer 1..1000',
-    default: '8',
+    default: '64',
     parse: integer(1, 1000),
   } satisfies Setting<number>,
   webhookTimeoutMs: {

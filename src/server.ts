@@ -4,16 +4,17 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { settings, type Config } from './config.js';
-import { startRelay } from './events/relay.js';
 import { issueFirstKey } from './keys/issue.js';
 import { openStore } from './store/open.js';
+import { readMigrations, refuseUnknownMigrations } from './store/migrations.js';
+import { holdServeLock, ServedElsewhere } from './store/serve-lock.js';
+import { readSqliteMigrations } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 import { startTracing, stopTracing } from './tracing.js';
 import { version } from './version.js';
 
+// The relay waits for its attempts in flight within it (src/events/events.ts, RELAY_GRACE_MS).
 const DRAIN_MS = 10_000;
-// Within the drain's bound: webhook attempts still in flight then are stopped and given back.
-const RELAY_GRACE_MS = 6_000;
 // Within the drain's bound: a collector that does not answer loses the last spans, not the exit.
 const FLUSH_MS = 3_000;
 
@@ -63,7 +64,30 @@ export async function openMigratedStore(
     return { store, applied };
   } catch (error) {
     await store?.close().catch(() => {});
+    if (error instanceof StartupError) throw error;
     throw new StartupError(`cannot use ${describeDatabase(config)}: ${reasonOf(error)}`, { cause: error });
+  }
+}
+
+/**
+ * One process serves a SQLite file (docs/operations.md#one-process-per-sqlite-file): a second
+ * `serve` on it fails to start with one line naming the first. Returns the function that lets
+ * the file go; nothing to hold on PostgreSQL, which any number of instances share.
+ */
+function serveAlone(config: Config): () => void {
+  if (config.databaseUrl || config.sqlitePath === ':memory:') return () => {};
+  // A database a newer release has migrated is refused before the lock file is made: nothing
+  // is written (docs/operations.md#migrations); migrate checks again as it applies.
+  refuseUnknownMigrations(readMigrations('sqlite'), readSqliteMigrations(config.sqlitePath));
+  try {
+    return holdServeLock(resolve(config.sqlitePath));
+  } catch (error) {
+    if (!(error instanceof ServedElsewhere)) throw error;
+    throw new StartupError(
+      `cannot serve ${describeDatabase(config)}: ${error.message}; one process serves a SQLite file ` +
+        `(stop that one first, or use PostgreSQL, DATABASE_URL, for several instances)`,
+      { cause: error },
+    );
   }
 }
 
@@ -148,14 +172,18 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   const holder = await holdAddress(config);
   let store: Store | undefined;
   let app: FastifyInstance;
+  let letGo = () => {};
   try {
     // Before the store: the PostgreSQL client is instrumented as it is loaded.
     await startTracing(config);
-    ({ store } = await openMigratedStore(config, undefined, { readReplicas: true }));
-    app = await buildApp({ config, store });
+    // Before the first migration: a second serve on the file changes nothing.
+    ({ store } = await openMigratedStore(config, () => (letGo = serveAlone(config)), { readReplicas: true }));
+    // docs/webhooks.md#the-relay: off on an instance that only serves the API.
+    app = await buildApp({ config, store, deliverWebhooks: config.webhookDelivery });
   } catch (error) {
     // An open pool would keep the process from exiting on the error.
     await store?.close().catch(() => {});
+    letGo();
     throw error;
   } finally {
     await new Promise((resolve) => holder.close(resolve));
@@ -165,6 +193,7 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   } catch (error) {
     await app.close();
     await store.close();
+    letGo();
     throw listenError(config, error);
   }
   process.stderr.write(
@@ -173,11 +202,6 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
   // After listening: a key issued by a start that then failed would never have been shown.
   const first = await issueFirstKey(store);
   if (first) announceFirstKey(first.key, app, config);
-
-  // docs/webhooks.md#the-relay: off on an instance that only serves the API.
-  const relay = config.webhookDelivery
-    ? startRelay({ store, config, log: app.log, countAttempt: (result) => app.countWebhookAttempt(result) })
-    : undefined;
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -189,9 +213,11 @@ export async function serve(config: Config): Promise<{ app: FastifyInstance; sto
       process.exit(1);
     }, DRAIN_MS);
     timer.unref();
-    // New attempts stop with the requests; those in flight get the grace, then are given back.
-    await Promise.all([app.close(), relay?.stop(RELAY_GRACE_MS)]);
+    // The relay starts no new attempt from now on, and its attempts in flight get the grace
+    // (docs/webhooks.md#repeats) while the requests in flight finish.
+    await app.close();
     await store.close();
+    letGo();
     await stopTracing(FLUSH_MS);
     process.exit(0);
   };

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { eventFigures, quantile, type Created, type Delivered } from '../bench/events.js';
+import { eventFigures, quantile, relayPlan, type Created, type Delivered } from '../bench/events.js';
+import { RELAY_PLAN } from '../bench/relay.js';
 import { parseWrk } from '../bench/load.js';
 import { SHIPPED_ENV, START_COMMAND } from '../bench/processes.js';
 import {
@@ -10,6 +11,7 @@ import {
   referenceRatios,
   renderBacklog,
   renderEvents,
+  renderRelay,
   renderReport,
   soakGrowth,
   SUMMARY_END,
@@ -21,6 +23,7 @@ import {
   type BacklogRun,
   type EventsRun,
   type Measured,
+  type RelayRuns,
   type RunInfo,
   type SoakMinute,
 } from '../bench/report.js';
@@ -486,4 +489,92 @@ test('the events section has the service’s RSS with a backlog waiting for a ha
   assert.equal(withRows.split('## Events: webhook delivery').length, 2, 'one events heading');
   assert.ok(withRows.indexOf('| SQLite | 250 (250) |') < withRows.indexOf('### Memory with 100,000 events'));
   assert.ok(!renderReport(RUN, INFO).latest.includes('### Memory with'));
+});
+
+test("the events section has the relay's measures, each judged against its target", () => {
+  const relay: RelayRuns = {
+    idle: [
+      { store: 'SQLite', instances: 1, count: 50, p50Ms: 3, p99Ms: 9, maxMs: 12 },
+      { store: 'PostgreSQL', instances: 1, count: 50, p50Ms: 6, p99Ms: 30, maxMs: 41 },
+      { store: 'PostgreSQL', instances: 2, count: 50, p50Ms: 140, p99Ms: 300, maxMs: 320 },
+    ],
+    hanging: [
+      { store: 'SQLite', hanging: 30, backlog: 100, count: 20, gapMs: 250, p50Ms: 2, maxMs: 9, held: 30 },
+      { store: 'PostgreSQL', hanging: 1000, backlog: 100, count: 20, gapMs: 250, p50Ms: 12, maxMs: 1200, held: 96 },
+    ],
+    throughput: [
+      {
+        store: 'SQLite',
+        instances: 1,
+        events: 30_000,
+        seconds: 6,
+        perSecond: 5000,
+        cpuShare: 0.8,
+        storeShare: 0.12,
+        duplicates: 0,
+      },
+      {
+        store: 'PostgreSQL',
+        instances: 2,
+        events: 30_000,
+        seconds: 15,
+        perSecond: 2000,
+        cpuShare: 0.5,
+        storeShare: 1.6,
+        duplicates: 0,
+      },
+    ],
+    outage: [
+      { store: 'SQLite', outageSeconds: 8, waiting: 20, retryMs: 1000, drainMs: 35, outOfOrder: 2, failedAttempts: 6 },
+      {
+        store: 'PostgreSQL',
+        outageSeconds: 8,
+        waiting: 20,
+        retryMs: 1000,
+        drainMs: 2500,
+        outOfOrder: 0,
+        failedAttempts: 6,
+      },
+    ],
+  };
+  const lines = renderRelay(relay);
+  const row = (start: string) => lines.find((line) => line.startsWith(start));
+  assert.equal(row('| SQLite | 1 | 50 |'), '| SQLite | 1 | 50 | 3 | 9 | 12 | p50 ≤ 50, max ≤ 250: met |');
+  assert.equal(row('| PostgreSQL | 1 | 50 |'), '| PostgreSQL | 1 | 50 | 6 | 30 | 41 | — |');
+  assert.equal(row('| PostgreSQL | 2 | 50 |'), '| PostgreSQL | 2 | 50 | 140 | 300 | 320 | p50 ≤ 100: **not met** |');
+  assert.equal(row('| SQLite | 30 |'), '| SQLite | 30 | 100 | 20 | 2 | 9 | 30 | met |');
+  assert.equal(row('| PostgreSQL | 1,000 |'), '| PostgreSQL | 1,000 | 100 | 20 | 12 | 1,200 | 96 | **not met** |');
+  assert.equal(row('| SQLite | 1 | 30,000 |'), '| SQLite | 1 | 30,000 | 5,000 | 0.80 s | 0.12 s | 0 | ≥ 3,000: met |');
+  assert.equal(row('| PostgreSQL | 2 | 30,000 |'), '| PostgreSQL | 2 | 30,000 | 2,000 | 0.50 s | 1.60 s | 0 | — |');
+  assert.equal(row('| SQLite | 8 s |'), '| SQLite | 8 s | 20 | 35 ms | 2 | 6 | met |');
+  assert.equal(row('| PostgreSQL | 8 s |'), '| PostgreSQL | 8 s | 20 | 2,500 ms | 0 | 6 | **not met** |');
+  for (const heading of [
+    '### Woken by each commit: an idle receiver',
+    '### Endpoints that hang beside a healthy one',
+    '### Pace: one fast receiver',
+    '### After an outage',
+  ]) {
+    assert.ok(lines.includes(heading), heading);
+  }
+  // Each table's rows have its header's columns.
+  for (const [i, line] of lines.entries()) {
+    if (!line.startsWith('| store')) continue;
+    for (let j = i + 2; lines[j]?.startsWith('|'); j++)
+      assert.equal(lines[j]!.split('|').length, line.split('|').length);
+  }
+  // Under the events heading, in the report the bench writes; a measure not run has no section.
+  const { latest, summary } = renderReport(RUN, { ...INFO, relay });
+  const heading = latest.indexOf('## Events: webhook delivery to a local receiver');
+  assert.ok(heading >= 0 && latest.indexOf('### Pace: one fast receiver') > heading);
+  assert.ok(!summary.includes('### Pace'), 'not in the summary the docs copy');
+  assert.ok(!renderRelay({ ...relay, outage: [] }).includes('### After an outage'));
+  // The command line's choice of measures.
+  assert.deepEqual(relayPlan({ relay: 'none' }).measures, []);
+  assert.deepEqual(relayPlan({ relay: 'idle,outage', hanging: '5' }), {
+    measures: ['idle', 'outage'],
+    hanging: [5],
+    throughputEvents: RELAY_PLAN.throughputEvents,
+    outageSeconds: RELAY_PLAN.outageSeconds,
+  });
+  assert.throws(() => relayPlan({ relay: 'speed' }), /--relay takes idle, hanging, throughput, outage or none/);
 });

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
-import { buildApp } from '../src/app.js';
+import { buildApp, type AppDeps } from '../src/app.js';
 import type { Clock } from '../src/clock.js';
 import { loadConfig, type Config } from '../src/config.js';
 import { issueKey } from '../src/keys/issue.js';
@@ -110,6 +110,8 @@ export async function startApp(
     hitFlushMs,
     keyUseFlushMs,
     eventPruneEveryMs,
+    deliverWebhooks,
+    relay,
   }: {
     env?: Record<string, string>;
     store?: Store;
@@ -120,6 +122,10 @@ export async function startApp(
     keyUseFlushMs?: number;
     /** How often expired events are looked for (src/events/retention.ts). */
     eventPruneEveryMs?: number;
+    /** The app's own relay delivers webhooks, as `serve`'s does (off by default). */
+    deliverWebhooks?: boolean;
+    /** The relay's options and grace on close (AppDeps). */
+    relay?: AppDeps['relay'];
   } = {},
 ): Promise<TestApp> {
   const store = given ?? (await defaultStore(t));
@@ -132,6 +138,8 @@ export async function startApp(
     hitFlushMs,
     keyUseFlushMs,
     eventPruneEveryMs,
+    deliverWebhooks,
+    relay,
   });
   t.after(() => app.close());
   const { key } = await issueKey(store, 'test');

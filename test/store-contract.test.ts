@@ -61,6 +61,7 @@ for (const kind of storeKinds) {
       '006_events',
       '007_webhooks',
       '008_webhook_due_order',
+      '009_webhook_backoff_and_attempts',
     ];
 
     it('migrate applies every step once; a second migrate is a no-op that keeps the data', async (t) => {

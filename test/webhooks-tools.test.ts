@@ -171,6 +171,28 @@ for (const kind of storeKinds) {
     assert.deepEqual(await looked(), [], 'sent once');
   });
 
+  if (kind.name === 'PostgreSQL') {
+    it('webhooks resend and replay wake the running relays: what they make due is sent with no timer to wait for', async (t) => {
+      const database = await kind.migratedDatabase(t);
+      const store = database.open();
+      await store.migrate();
+      const receiver = await startReceiver(t);
+      const endpoint = await addEndpoint(store, receiver.url);
+      const ids = await createPets(store, ['Rex', 'Tom']);
+      // Far longer than the test: only a wake makes the relay look again.
+      const { looked } = testRelay(t, store, { pollMs: 600_000 });
+      await receiver.waitFor(2, 5000);
+      await looked();
+      const resent = await command(database, ['resend', String(endpoint.id), ids[0]!]);
+      assert.equal(resent.code, 0, resent.err.join('\n'));
+      await receiver.waitFor(3, 2000);
+      const replayed = await command(database, ['replay', String(endpoint.id), '--since', ids[0]!]);
+      assert.equal(replayed.code, 0, replayed.err.join('\n'));
+      await receiver.waitFor(4, 2000);
+      assert.deepEqual(idsOf(receiver.received.slice(2)), [ids[0], ids[1]]);
+    });
+  }
+
   it('webhooks resend and replay refuse an unknown endpoint, a disabled one, and an event that is not kept, with one line', async (t) => {
     const database = await kind.migratedDatabase(t);
     const clock = manualClock(T0);

@@ -6,7 +6,7 @@ import { test, type TestContext } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import { loadConfig } from '../src/config.js';
 import { ANSWER_BODY_LIMIT, postEvent } from '../src/events/deliver.js';
-import { MAX_RETRY_DELAY_MS, retryDelay } from '../src/events/relay.js';
+import { MAX_RETRY_DELAY_MS, retryDelay } from '../src/events/retries.js';
 import { makeSecret, sign, signatures } from '../src/events/signature.js';
 import { refuseWebhookUrl } from '../src/events/url-policy.js';
 import { startReceiver } from './webhooks.js';
@@ -111,7 +111,24 @@ test("reads at most 64 KiB of the receiver's answer, then drops the connection",
   for (let i = 0; i < 100 && !closed; i++) await new Promise((resolve) => setTimeout(resolve, 20));
   assert.ok(closed, 'the connection was dropped');
   assert.ok(written < 64 * 1024 * 1024, `the receiver wrote ${written} bytes before it was cut off`);
-  assert.equal(ANSWER_BODY_LIMIT, 64 * 1024);
+});
+
+test('the answer read is exactly 64 KiB: one more byte ends the attempt at once, that many alone waits for the end', async (t) => {
+  // The receiver writes `size` bytes of its body, then neither writes nor ends it.
+  const bodyOf = async (size: number) => {
+    const receiver = await startReceiver(t, (_request, _index, response) => {
+      response.writeHead(200, { 'content-type': 'text/plain' });
+      response.write(Buffer.alloc(size, 'x'));
+    });
+    return post(t, receiver.url, 1000);
+  };
+  const over = await bodyOf(ANSWER_BODY_LIMIT + 1);
+  assert.equal(over.result, 'success');
+  assert.ok(over.durationMs < 900, `cut off after ${over.durationMs} ms`);
+  const at = await bodyOf(ANSWER_BODY_LIMIT);
+  // Still reading when the timeout came: the status, a 2xx in time, decides.
+  assert.equal(at.result, 'success');
+  assert.ok(at.durationMs >= 1000, `ended after ${at.durationMs} ms`);
 });
 
 test('an answer that does not come within the timeout is a failed attempt, a refused connection too', async (t) => {
@@ -140,7 +157,7 @@ test('the webhook settings: defaults, the lease after the timeout, hosts for pla
       defaults.webhookLeaseMs,
       defaults.webhookAllowHttp,
     ],
-    [true, 8, 10_000, 5000, 3 * 86_400_000, 15_000, []],
+    [true, 64, 10_000, 5000, 3 * 86_400_000, 15_000, []],
   );
   const set = loadConfig({
     PETSTORE_WEBHOOK_DELIVERY: 'off',

@@ -8,7 +8,8 @@ import { startRelay, type RelayOptions } from '../src/events/relay.js';
 import { issueKey } from '../src/keys/issue.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/store.js';
-import type { ClaimedDelivery, WebhookStore } from '../src/store/webhooks.js';
+import { formatEventId } from '../src/events/ids.js';
+import type { AttemptOutcome, ClaimedDelivery } from '../src/store/webhooks.js';
 
 export interface Received {
   headers: IncomingHttpHeaders;
@@ -99,50 +100,32 @@ export async function until(check: () => boolean | Promise<boolean>, ms = 10_000
 }
 
 /**
- * `store` as the relay sees it, with `looked()`: resolves, to the deliveries claimed, once the
- * relay has made a whole look (hand-out, then claim) begun after the call; rejects after `ms`.
- * A test shows what the relay does at a given time with it, instead of waiting to see whether
- * something happens.
+ * `looked()`: resolves, to the deliveries leased, once the relay has made a whole look begun
+ * after the call; rejects after `ms`. `hear` is the relay's `looked` option; `looks()` counts the
+ * looks heard so far. A test shows what the relay does at a given time with it, instead of
+ * waiting to see whether something happens.
  */
-function watchLooks(store: Store) {
-  const inner = store.webhooks;
-  let asked: ((claimed: ClaimedDelivery[]) => void)[] = [];
-  let begun: typeof asked = [];
-  const webhooks: WebhookStore = {
-    ...inner,
-    handOut(...args) {
-      begun.push(...asked);
-      asked = [];
-      return inner.handOut(...args);
-    },
-    async claim(query) {
-      const ending = begun;
-      begun = [];
-      let claimed: ClaimedDelivery[] = [];
-      try {
-        claimed = await inner.claim(query);
-        return claimed;
-      } finally {
-        for (const done of ending) done(claimed);
-      }
-    },
+export function watchLooks() {
+  let asked: { at: number; done: (claimed: ClaimedDelivery[]) => void }[] = [];
+  let heard = 0;
+  const hear = (claimed: ClaimedDelivery[], began: number) => {
+    heard += 1;
+    const [done, waiting] = [asked.filter(({ at }) => began >= at), asked.filter(({ at }) => began < at)];
+    asked = waiting;
+    for (const { done: resolve } of done) resolve(claimed);
   };
-  const watched = new Proxy(store, {
-    get(target, key) {
-      if (key === 'webhooks') return webhooks;
-      const value: unknown = Reflect.get(target, key);
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-    },
-  });
   const looked = (ms = 5000) =>
     new Promise<ClaimedDelivery[]>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`the relay made no whole look within ${ms} ms`)), ms);
-      asked.push((claimed) => {
-        clearTimeout(timer);
-        resolve(claimed);
+      asked.push({
+        at: performance.now(),
+        done: (claimed) => {
+          clearTimeout(timer);
+          resolve(claimed);
+        },
       });
     });
-  return { watched, looked };
+  return { hear, looked, looks: () => heard };
 }
 
 /**
@@ -156,16 +139,26 @@ export function testRelay(
 ) {
   const lines: Lines = [];
   const at = (level: string) => (object: object, msg: string) => void lines.push({ level, ...object, msg });
-  const { watched, looked } = watchLooks(store);
+  const { hear, looked } = watchLooks();
   const relay = startRelay({
-    store: watched,
+    store,
     config: relayConfig(env),
     log: { info: at('info'), warn: at('warn'), error: at('error') },
     pollMs: 20,
+    looked: hear,
     ...options,
   });
   t.after(() => relay.stop(500));
   return { relay, lines, looked };
+}
+
+/**
+ * Waits until the feed lists `count` events: on PostgreSQL an event is handed out once the feed
+ * can list it, after every transaction older than its own has ended (docs/events.md#ordering),
+ * which another test on the same server may hold open a moment.
+ */
+export async function eventsListed(store: Store, count: number) {
+  await until(async () => (await store.listEvents({ limit: 100 })).length >= count, 10_000, `${count} events listed`);
 }
 
 /** Runs `petstore webhooks …` in process on `store`; resolves to its exit status and output lines. */
@@ -216,4 +209,30 @@ export function createPetAt(base: string, key: string, body: string, headers: Re
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
     body,
   });
+}
+
+/** The outcome of `delivery`'s attempt at `at`, as a relay records it: a success, a failure retried at `retryAt`, or one given up. */
+export function outcomeOf(
+  delivery: ClaimedDelivery,
+  at: number,
+  result: 'ok' | 'retry' | 'give up',
+  retryAt = at + 60_000,
+  disableUnlessSuccessSince = at - 86_400_000,
+) {
+  return {
+    record: {
+      endpointId: delivery.endpointId,
+      eventId: formatEventId(delivery.position),
+      attempt: delivery.attempt,
+      at: new Date(at),
+      status: result === 'ok' ? 204 : 500,
+      error: result === 'ok' ? null : 'HTTP 500',
+      durationMs: 1,
+    },
+    position: delivery.position,
+    ok: result === 'ok',
+    retryAt: result === 'retry' ? retryAt : undefined,
+    disableUnlessSuccessSince,
+    jitter: 0,
+  } satisfies AttemptOutcome;
 }

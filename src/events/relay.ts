@@ -1,49 +1,19 @@
 import { randomUUID } from 'node:crypto';
-import http from 'node:http';
-import https from 'node:https';
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { systemClock, type Clock } from '../clock.js';
-import type { Config } from '../config.js';
 import { causeOf } from '../errors.js';
 import type { Store } from '../store/store.js';
-import type { AttemptOutcome, ClaimedDelivery } from '../store/webhooks.js';
-import { postEvent, type Attempt, type AttemptResult } from './deliver.js';
-import { eventJson } from './event-json.js';
-import { formatEventId } from './ids.js';
-import { signatures } from './signature.js';
-import { refuseWebhookUrl, urlOrigin } from './url-policy.js';
+import type { AttemptOutcome, ClaimedDelivery, FinishResult } from '../store/webhooks.js';
+import { endpointAgents } from './agents.js';
+import { makeAttempt, type AttemptDeps, type Log, type Made, type RelayConfig } from './attempt.js';
+import type { AttemptResult } from './deliver.js';
+import { scheduleLooks, type Found, type LookSchedule } from './looks.js';
+import { allotSlots } from './slots.js';
+import { endpointTurns } from './turns.js';
+import { urlOrigin } from './url-policy.js';
+import { writeQueue } from './write-queue.js';
 
-/** The longest wait between two retries, whatever the attempt number. */
-export const MAX_RETRY_DELAY_MS = 6 * 3_600_000;
-
-/**
- * The wait after failed attempt `attempt` (1 for the first): PETSTORE_WEBHOOK_RETRY_MS doubled
- * with each attempt, up to MAX_RETRY_DELAY_MS, and up to half as much again at random, so
- * receivers that failed together are not retried together (docs/webhooks.md#retries).
- *
- * @example retryDelay(1, 5000, () => 0) // 5000
- * @example retryDelay(3, 5000, () => 0) // 20000
- */
-export function retryDelay(attempt: number, retryMs: number, random: () => number = Math.random): number {
-  const base = Math.min(retryMs * 2 ** Math.min(attempt - 1, 40), MAX_RETRY_DELAY_MS);
-  return Math.round(base + random() * (base / 2));
-}
-
-type Log = {
-  info(object: object, message: string): void;
-  warn(object: object, message: string): void;
-  error(object: object, message: string): void;
-};
-
-export type RelayConfig = Pick<
-  Config,
-  | 'webhookConcurrency'
-  | 'webhookTimeoutMs'
-  | 'webhookRetryMs'
-  | 'webhookGiveUpMs'
-  | 'webhookLeaseMs'
-  | 'webhookAllowHttp'
->;
+export type { Log, RelayConfig };
 
 export interface RelayOptions {
   store: Store;
@@ -52,308 +22,242 @@ export interface RelayOptions {
   clock?: Clock;
   /** Counts one attempt by its result (/metrics: petstore_webhook_attempts_total). */
   countAttempt?: (result: AttemptResult | 'event_expired') => void;
-  /** Pause between looks for new events and due retries when there is nothing to do. */
+  /** The fallback: how often the relay looks for work when no commit or retry has woken it. */
   pollMs?: number;
-  /** Events handed out per endpoint per look. */
+  /** Events handed out to an endpoint at a time (WebhookStore.claim). */
   batch?: number;
-  /** An endpoint with this many deliveries waiting is handed no more until some are done. */
-  window?: number;
   random?: () => number;
+  /**
+   * Hears of each whole look, with the deliveries it leased and when it began
+   * (`performance.now()`): tests wait for one (test/webhooks.ts).
+   */
+  looked?: (claimed: ClaimedDelivery[], began: number) => void;
 }
 
 export interface Relay {
-  /** Looks for work now instead of at the next poll. */
+  /** Looks for work now: every endpoint may have deliveries due. */
   wake(): void;
   /**
-   * Starts no new attempt, waits up to `graceMs` for those in flight, then stops the rest and
-   * gives their deliveries back (due at once, for the next instance or start). Never rejects.
+   * Starts no new attempt and waits up to `graceMs` for those in flight, their outcomes written
+   * as they end; any still running then is stopped, nothing of it written: its lease expires,
+   * and the attempt is made again (docs/webhooks.md#repeats). Never rejects.
    */
   stop(graceMs?: number): Promise<void>;
 }
 
 const POLL_MS = 500;
 const BATCH = 100;
-const WINDOW = 1000;
-// Looks are at least this far apart, however fast attempts end (a receiver refusing every
-// connection): the relay's database work stays a small share of the process's time.
-const LOOK_GAP_MS = 10;
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
 /**
- * The webhook relay (docs/webhooks.md#the-relay): it hands each enabled endpoint the events written
- * since its cursor, a bounded batch at a time, leases due deliveries (at most
- * PETSTORE_WEBHOOK_CONCURRENCY in flight) and makes each attempt, recording its outcome in the
- * store: so what it holds in memory is bounded by the concurrency and the batch, never by the
- * events waiting, and a process killed mid-attempt loses nothing (the lease expires and the
+ * The webhook relay (docs/webhooks.md#the-relay). Woken by each commit that writes events (and
+ * by a timer, the fallback, and its own retries and probes coming due: looks.ts), it looks for
+ * work: allotSlots (slots.ts) chooses how many deliveries to lease for each endpoint, the store
+ * leases them (handing the endpoint the events after its cursor, a bounded batch at a time), and
+ * each attempt starts at once; outcomes are written as attempts end, those of one turn together.
+ * What it holds in memory is bounded by PETSTORE_WEBHOOK_CONCURRENCY and the endpoints, never by
+ * the events waiting, and a process killed mid-attempt loses nothing (the lease expires and the
  * attempt is made again). It runs in the root context: no attempt is part of a request's trace,
  * log or metrics, and no request waits for one.
  */
-export function startRelay({
-  store,
-  config,
-  log,
-  clock = systemClock,
-  countAttempt = () => {},
-  pollMs = POLL_MS,
-  batch = BATCH,
-  window = WINDOW,
-  random = Math.random,
-}: RelayOptions): Relay {
-  const owner = randomUUID();
-  const agentOptions = { keepAlive: true, maxSockets: config.webhookConcurrency, timeout: config.webhookTimeoutMs };
-  const agents = { http: new http.Agent(agentOptions), https: new https.Agent(agentOptions) };
-  const stopping = new AbortController();
-  // Attempts until their outcome is written (stop waits for them), and those still sending: the
-  // concurrency bounds the latter; an outcome waits at most one look to be written.
-  const inFlight = new Set<Promise<void>>();
-  let sending = 0;
-  // The earliest retry this relay scheduled: the idle wait ends then rather than at the next poll.
-  let nextRetry = Infinity;
-  const outcomes: { outcome: AttemptOutcome; written: (disabled: boolean) => void }[] = [];
-  let stopped = false;
-  let nudge: (() => void) | undefined;
-  let failing = false;
+export function startRelay(options: RelayOptions): Relay {
+  const relay = new DeliveryRelay(options);
+  context.with(ROOT_CONTEXT, () => void relay.begin());
+  return { wake: () => relay.wake(), stop: (graceMs = 5000) => relay.stop(graceMs) };
+}
 
-  const wake = () => {
-    nudge?.();
-    nudge = undefined;
-  };
-  const woken = () => new Promise<void>((resolve) => (nudge = resolve));
+class DeliveryRelay {
+  readonly #store: Store;
+  readonly #config: RelayConfig;
+  readonly #log: Log;
+  readonly #clock: Clock;
+  readonly #batch: number;
+  readonly #looked: NonNullable<RelayOptions['looked']>;
+  readonly #owner = randomUUID();
+  readonly #turns = endpointTurns();
+  readonly #agents: ReturnType<typeof endpointAgents>;
+  readonly #stopping = new AbortController();
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #attemptDeps: AttemptDeps;
+  readonly #looks: LookSchedule;
+  readonly #outcomes: ReturnType<typeof writeQueue<AttemptOutcome, FinishResult['outcomes'][number]>>;
+  #stopped = false;
+  // Set once stop has waited enough: an attempt that ends after records nothing.
+  #abandoned = false;
+  #failing = false;
+  #unlisten: () => Promise<void> = async () => {};
 
-  /** Resolves once the outcome is written (flush), to whether it disabled the endpoint. */
-  const record = (outcome: AttemptOutcome) =>
-    new Promise<boolean>((written) => {
-      outcomes.push({ outcome, written });
-      wake();
-    });
-
-  // The outcomes of the attempts ended since the last look, in one transaction. One that cannot
-  // be written is lost with its lease, which expires: the attempt is then made again.
-  const flush = async () => {
-    const taken = outcomes.splice(0);
-    if (taken.length === 0) return;
-    let disabled: boolean[] = [];
-    try {
-      disabled = await store.webhooks.finish(taken.map(({ outcome }) => outcome));
-    } catch (error) {
-      log.warn(
-        { cause: causeOf(error), attempts: taken.length },
-        'recording webhook attempts failed; they will be made again',
-      );
-    }
-    for (const [i, { written }] of taken.entries()) written(disabled[i] ?? false);
-  };
-
-  const attempt = async (delivery: ClaimedDelivery, sent: () => void) => {
-    const { endpointId, position, event, url } = delivery;
-    const eventId = formatEventId(position);
-    const endpoint = { endpoint: endpointId, event: eventId, attempt: delivery.attempt };
-    const at = clock.now();
-    if (!event) {
-      sent();
-      countAttempt('event_expired');
-      await record({
-        record: {
-          endpointId,
-          eventId,
-          attempt: delivery.attempt,
-          at: new Date(at),
-          status: null,
-          error: 'the event is no longer kept (PETSTORE_EVENT_RETENTION)',
-          durationMs: 0,
-        },
-        position,
-        ok: false,
-        retryAt: undefined,
-        disableUnlessSuccessSince: -1,
-      });
-      log.warn(endpoint, 'webhook delivery dropped: the event is no longer kept');
-      return;
-    }
-    const refused = refuseWebhookUrl(url, config.webhookAllowHttp);
-    let outcome: Attempt;
-    if (refused) {
-      outcome = {
-        result: 'url_refused',
-        ok: false,
-        status: null,
-        error: `URL refused: ${refused}`,
-        durationMs: 0,
-        aborted: false,
-      };
-    } else {
-      const body = eventJson(event);
-      const timestamp = Math.floor(at / 1000);
-      outcome = await postEvent({
-        url,
-        body,
-        headers: {
-          'webhook-id': eventId,
-          'webhook-timestamp': String(timestamp),
-          'webhook-signature': signatures(delivery.secrets, eventId, timestamp, body),
-        },
-        timeoutMs: config.webhookTimeoutMs,
-        agents,
-        signal: stopping.signal,
-        spanAttributes: { 'petstore.webhook.endpoint': endpointId, 'petstore.event.id': eventId },
-      });
-    }
-    sent();
-    if (outcome.aborted) {
-      await store.webhooks.release(endpointId, position, owner);
-      return;
-    }
-    countAttempt(outcome.result);
-    const done = clock.now();
-    const deadline = event.createdAt.getTime() + config.webhookGiveUpMs;
-    let retryAt: number | undefined;
-    if (!outcome.ok) {
-      retryAt = done + retryDelay(delivery.attempt, config.webhookRetryMs, random);
-      // The last attempt is made when the give-up period ends, so an endpoint down for all of it
-      // is tried at its end (and then disabled), not a retry delay before.
-      if (retryAt > deadline) retryAt = done >= deadline ? undefined : deadline;
-      if (retryAt !== undefined) nextRetry = Math.min(nextRetry, retryAt);
-    }
-    const disabled = await record({
-      record: {
-        endpointId,
-        eventId,
-        attempt: delivery.attempt,
-        at: new Date(at),
-        status: outcome.status,
-        error: outcome.error,
-        durationMs: outcome.durationMs,
-      },
-      position,
-      ok: outcome.ok,
-      retryAt,
-      disableUnlessSuccessSince: retryAt === undefined ? event.createdAt.getTime() : done - config.webhookGiveUpMs,
-    });
-    if (!outcome.ok) {
-      const next = retryAt === undefined ? { gaveUp: true } : { retryAt: new Date(retryAt).toISOString() };
-      log.warn(
-        {
-          ...endpoint,
-          origin: urlOrigin(url),
-          result: outcome.result,
-          status: outcome.status,
-          error: outcome.error,
-          durationMs: outcome.durationMs,
-          ...next,
-        },
-        retryAt === undefined ? 'webhook attempt failed; the event is given up' : 'webhook attempt failed; retrying',
-      );
-    }
-    if (disabled) {
-      log.error(
-        { endpoint: endpointId, origin: urlOrigin(url), giveUpMs: config.webhookGiveUpMs },
-        'webhook endpoint disabled: every attempt failed for PETSTORE_WEBHOOK_GIVE_UP; petstore webhooks enable <id> turns it back on',
-      );
-    }
-  };
-
-  const start = (delivery: ClaimedDelivery) => {
-    sending += 1;
-    let done = false;
-    const sent = () => {
-      if (done) return;
-      done = true;
-      sending -= 1;
-      wake();
+  constructor({
+    store,
+    config,
+    log,
+    clock = systemClock,
+    countAttempt = () => {},
+    pollMs = POLL_MS,
+    batch = BATCH,
+    random = Math.random,
+    looked = () => {},
+  }: RelayOptions) {
+    this.#store = store;
+    this.#config = config;
+    this.#log = log;
+    this.#clock = clock;
+    this.#batch = batch;
+    this.#looked = looked;
+    this.#agents = endpointAgents({ maxSockets: config.webhookConcurrency, timeoutMs: config.webhookTimeoutMs });
+    this.#attemptDeps = {
+      config,
+      clock,
+      random,
+      log,
+      agents: (delivery) => this.#agents.of(delivery.endpointId, delivery.url),
+      signal: this.#stopping.signal,
+      countAttempt,
     };
-    const running: Promise<void> = attempt(delivery, sent)
-      .catch((error: unknown) => {
-        // Not given back: the lease expires and the attempt is made again.
-        log.warn(
-          { endpoint: delivery.endpointId, err: error },
-          'a webhook attempt failed to end; it will be made again',
-        );
-      })
-      .finally(() => {
-        sent();
-        inFlight.delete(running);
-        wake();
-      });
-    inFlight.add(running);
-  };
-
-  // One look: write the outcomes ended since the last, hand out new events, then lease as many
-  // due deliveries as there are free slots. True when there may be more to do at once. The
-  // relay's database work is one call at a time: on PostgreSQL, one connection of the pool.
-  const look = async (): Promise<boolean> => {
-    await flush();
-    const handed = await store.webhooks.handOut(clock.now(), batch, window);
-    const free = config.webhookConcurrency - sending;
-    if (free <= 0 || stopped) return false;
-    // The time the leases start (and the secrets are chosen) is the claim's own.
-    const claimed = await store.webhooks.claim({
-      now: clock.now(),
-      limit: free,
-      leaseMs: config.webhookLeaseMs,
-      owner,
+    this.#looks = scheduleLooks({
+      look: (read) => this.#look(read),
+      markPending: () => this.#turns.markPending(),
+      nextDueAt: (now) => this.#turns.nextDueAt(now),
+      clock,
+      pollMs,
+      echoes: !store.idsVisibleInOrder,
     });
-    for (const delivery of claimed) start(delivery);
-    return claimed.length === free || handed > 0;
-  };
+    this.#outcomes = writeQueue((items: AttemptOutcome[]) => this.#write(items));
+  }
 
-  const loop = async () => {
+  /** Takes back what a previous run left leased (store.recover), then listens for commits and looks. */
+  async begin(): Promise<void> {
     try {
-      await store.webhooks.recover();
+      await this.#store.webhooks.recover();
     } catch (error) {
-      log.warn(
+      this.#log.warn(
         { cause: causeOf(error) },
         'webhook relay could not take back the leases of a previous run; they expire',
       );
     }
-    while (!stopped) {
-      const began = performance.now();
-      let more = false;
-      try {
-        more = await look();
-        if (failing) log.info({}, 'webhook relay reaches the database again');
-        failing = false;
-      } catch (error) {
-        if (!failing) log.warn({ cause: causeOf(error) }, 'webhook relay cannot read its work; trying again');
-        failing = true;
-      }
-      if (stopped) break;
-      if (!more) {
-        const untilRetry = nextRetry - clock.now();
-        // Due already: the look just made has leased it, or another relay has.
-        if (untilRetry <= 0) nextRetry = Infinity;
-        await Promise.race([sleep(untilRetry > 0 ? Math.min(pollMs, untilRetry + 1) : pollMs), woken()]);
-      }
-      const gap = LOOK_GAP_MS - (performance.now() - began);
-      if (gap > 0 && !stopped) await sleep(gap);
-    }
-  };
-  const running = context.with(ROOT_CONTEXT, loop);
+    if (this.#stopped) return;
+    this.#unlisten = this.#store.webhooks.onEventsWritten(() => this.wake());
+    this.#looks.request();
+  }
 
-  // Writes outcomes as attempts end, until none is in flight or `ms` have passed: real time (a
-  // grace for the process to stop), not the relay's clock.
-  const settle = async (ms: number) => {
+  wake(): void {
+    this.#looks.wake();
+  }
+
+  async stop(graceMs: number): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    await this.#unlisten();
+    await this.#looks.stop();
+    await this.#attemptsEnded(graceMs);
+    this.#abandoned = true;
+    this.#stopping.abort();
+    await this.#outcomes.idle();
+    this.#agents.destroy();
+  }
+
+  /** Waits for the attempts in flight to end and be recorded, `ms` at most: real time, not the relay's clock. */
+  async #attemptsEnded(ms: number): Promise<void> {
     const deadline = performance.now() + ms;
-    while (inFlight.size > 0 && performance.now() < deadline) {
-      await flush();
-      await Promise.race([sleep(Math.min(20, Math.max(1, deadline - performance.now()))), woken()]);
+    while (this.#inFlight.size > 0 && performance.now() < deadline) {
+      const left = deadline - performance.now();
+      await Promise.race([Promise.all(this.#inFlight), new Promise((resolve) => setTimeout(resolve, left).unref())]);
     }
-    await flush();
-  };
+  }
 
-  return {
-    wake,
-    async stop(graceMs = 5000) {
-      if (stopped) return;
-      stopped = true;
-      wake();
-      await running;
-      await settle(graceMs);
-      // What is still in flight is stopped and given back (release), not recorded.
-      stopping.abort();
-      await settle(1000);
-      agents.http.destroy();
-      agents.https.destroy();
-    },
-  };
+  /** One look, its failure logged once (and its recovery). */
+  async #look(read: boolean): Promise<Found> {
+    try {
+      const leased = await this.#leaseWork(read);
+      if (this.#failing) this.#log.info({}, 'webhook relay reaches the database again');
+      this.#failing = false;
+      return leased > 0 ? 'work' : 'nothing';
+    } catch (error) {
+      if (!this.#failing) this.#log.warn({ cause: causeOf(error) }, 'webhook relay cannot read its work; trying again');
+      this.#failing = true;
+      return 'failed';
+    }
+  }
+
+  /** The endpoints read anew (when `read`), the slots allotted and leased, each attempt started: how many. */
+  async #leaseWork(read: boolean): Promise<number> {
+    const began = performance.now();
+    const now = this.#clock.now();
+    if (read) {
+      this.#turns.refresh(await this.#store.webhooks.relayEndpoints(), now);
+      this.#agents.keep(this.#turns.ids());
+    }
+    this.#turns.due(now);
+    const concurrency = this.#config.webhookConcurrency;
+    const wants = allotSlots(this.#turns.list(), { concurrency, now });
+    let claimed: ClaimedDelivery[] = [];
+    if (wants.length > 0 && !this.#stopped) {
+      // The time the leases start (and the secrets are chosen) is the claim's own.
+      const at = this.#clock.now();
+      const leaseMs = this.#config.webhookLeaseMs;
+      claimed = await this.#store.webhooks.claim({ now: at, leaseMs, owner: this.#owner, wants, batch: this.#batch });
+      this.#turns.claimed(wants, claimed, at, leaseMs);
+      for (const delivery of claimed) this.#start(delivery);
+    }
+    this.#looked(claimed, began);
+    return claimed.length;
+  }
+
+  /** An attempt, then its outcome written; its slot is free once that is done (or failed). */
+  #start(delivery: ClaimedDelivery): void {
+    const running: Promise<void> = context
+      .with(ROOT_CONTEXT, () => this.#attemptAndRecord(delivery))
+      .catch((error: unknown) => {
+        // Not written: the lease expires and the attempt is made again.
+        this.#log.warn(
+          { endpoint: delivery.endpointId, cause: causeOf(error) },
+          'recording a webhook attempt failed; it will be made again',
+        );
+      })
+      .finally(() => {
+        this.#turns.released(delivery.endpointId);
+        this.#inFlight.delete(running);
+        this.#looks.request();
+      });
+    this.#inFlight.add(running);
+  }
+
+  async #attemptAndRecord(delivery: ClaimedDelivery): Promise<void> {
+    const made = await makeAttempt(delivery, this.#attemptDeps);
+    if (!made || this.#abandoned) return;
+    if (made.answer) {
+      const concurrency = this.#config.webhookConcurrency;
+      this.#turns.answered(delivery.endpointId, made.answer, made.outcome.retryAt, concurrency);
+    }
+    this.#logWritten(delivery, made, await this.#outcomes.push(made.outcome));
+  }
+
+  /** Outcomes of one batch, in one call of the store: the endpoints' new back-off goes to the turns. */
+  async #write(items: AttemptOutcome[]): Promise<FinishResult['outcomes']> {
+    const written = await this.#store.webhooks.finish({
+      owner: this.#owner,
+      retryMs: this.#config.webhookRetryMs,
+      outcomes: items,
+    });
+    this.#turns.backoff(written.endpoints);
+    return written.outcomes;
+  }
+
+  /** The log lines of an attempt once its outcome is written (or was not: docs/webhooks.md#repeats). */
+  #logWritten(delivery: ClaimedDelivery, made: Made, written: FinishResult['outcomes'][number]): void {
+    const endpoint = delivery.endpointId;
+    if (written === 'lost') {
+      this.#log.warn(
+        { endpoint, event: made.outcome.record.eventId, attempt: delivery.attempt },
+        'webhook attempt not recorded: its lease expired and another relay took the delivery over',
+      );
+      return;
+    }
+    made.logFailure();
+    if (written === 'disabled') {
+      this.#log.error(
+        { endpoint, origin: urlOrigin(delivery.url), giveUpMs: this.#config.webhookGiveUpMs },
+        'webhook endpoint disabled: every attempt failed for PETSTORE_WEBHOOK_GIVE_UP; petstore webhooks enable <id> turns it back on',
+      );
+    }
+  }
 }

@@ -53,13 +53,6 @@ export interface Metrics {
   countWebhookAttempt(result: string): void;
 }
 
-declare module 'fastify' {
-  interface FastifyInstance {
-    /** Counts one webhook attempt of this process's relay, by result, in this app's /metrics. */
-    countWebhookAttempt(result: string): void;
-  }
-}
-
 // A scrape reads the three webhook gauges from one query, at most once a second.
 const WEBHOOK_STATS_MAX_AGE_MS = 1000;
 

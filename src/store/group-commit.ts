@@ -76,7 +76,8 @@ async function retryUntil<T>(work: () => T, retry: RetryOptions, error: unknown,
  * with `retry.exhausted` of that error (one deadline per call, not one per try). Nothing was
  * written by a failed try, so whatever the number of calls waiting, the process blocks for one
  * try per pause.
- * `beforeWrite` runs before each transaction begins (to end the turn's read transaction: readTurns).
+ * `beforeWrite` runs before each transaction begins (to end the turn's read transaction: readTurns);
+ * `afterCommit` after each transaction that committed (to wake the webhook relay: sqlite.ts).
  * A transaction holding calls from several callers runs in OpenTelemetry's root context, as
  * batches do (batches.ts): it is a child of none of their spans (docs/operations.md#tracing).
  *
@@ -91,7 +92,8 @@ export function groupCommits<I, O>(
     oneStatementEach = false,
     retry,
     beforeWrite,
-  }: { oneStatementEach?: boolean; retry?: RetryOptions; beforeWrite?: () => void } = {},
+    afterCommit,
+  }: { oneStatementEach?: boolean; retry?: RetryOptions; beforeWrite?: () => void; afterCommit?: () => void } = {},
 ): { call(input: I): Promise<O>; flush(): void } {
   let queue: Pending<I, O>[] = [];
   let pause = FIRST_PAUSE_MS;
@@ -150,6 +152,7 @@ export function groupCommits<I, O>(
       if (item.failed) item.reject(item.error);
       else item.resolve(item.output!);
     }
+    afterCommit?.();
   }
 
   return {

@@ -13,6 +13,7 @@ import {
   type Store,
   type StoredResponse,
 } from './store.js';
+import type { WebhookStore } from './webhooks.js';
 
 /** Hears of every Store call once it settles: its method, whether it failed, and how long it took. */
 export type ObserveCall = (method: string, failed: boolean, seconds: number) => void;
@@ -41,6 +42,7 @@ export class InstrumentedStore implements Store {
   readonly #observe: ObserveCall;
   readonly #spanAttributes: Attributes;
   #diskFailure: StoreUnavailableError | undefined;
+  #webhooks: WebhookStore | undefined;
 
   /** `system` names the database in each call's span: `sqlite` or `postgresql` (OpenTelemetry's db.system.name). */
   constructor(inner: Store, observe: ObserveCall, system = 'sqlite') {
@@ -53,9 +55,29 @@ export class InstrumentedStore implements Store {
     return this.#inner.idsVisibleInOrder;
   }
 
-  /** The relay's and the CLI's: background work, not timed as a request's. */
-  get webhooks() {
-    return this.#inner.webhooks;
+  /**
+   * The relay's calls, timed like the others (`webhooks.claim`, `webhooks.finish`, …): background
+   * work, so never a request's span.
+   */
+  get webhooks(): WebhookStore {
+    return (this.#webhooks ??= this.#watchWebhooks(this.#inner.webhooks));
+  }
+
+  /** `inner` with every call that answers a promise timed as `webhooks.<method>`; the others as they are. */
+  #watchWebhooks(inner: WebhookStore): WebhookStore {
+    const watched: Record<string, unknown> = {};
+    for (const [name, member] of Object.entries(inner) as [string, unknown][]) {
+      if (typeof member !== 'function') {
+        watched[name] = member;
+        continue;
+      }
+      watched[name] = (...args: unknown[]) => {
+        const started = performance.now();
+        const answer: unknown = member.apply(inner, args);
+        return answer instanceof Promise ? this.#watch(`webhooks.${name}`, false, started, answer) : answer;
+      };
+    }
+    return watched as unknown as WebhookStore;
   }
 
   get replication() {

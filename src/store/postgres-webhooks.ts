@@ -1,22 +1,27 @@
 import type pg from 'pg';
 import { HORIZON } from './postgres-event-clock.js';
+import { EVENTS_CHANNEL, listenForEvents } from './postgres-listen.js';
 import { toEvent, type EventRow } from './rows.js';
-import {
-  secretsAt,
-  toAttempt,
-  toEndpoint,
-  ATTEMPTS_KEPT,
-  type AttemptRow,
-  type EndpointRow,
-} from './sqlite-webhooks.js';
 import type { EventPosition } from './store.js';
 import { INT64_MAX } from '../schemas.js';
 import {
+  endpointAfterOutcomes,
   laterOf,
   REPLAY_BATCH,
   replayInBatches,
+  secretsAt,
+  toAttempt,
+  toEndpoint,
+  toEndpointState,
+  ATTEMPTS_KEPT,
   type AttemptOutcome,
+  type AttemptRow,
   type ClaimQuery,
+  type EndpointRow,
+  type EndpointState,
+  type EndpointStateRow,
+  type FinishQuery,
+  type FinishResult,
   type NewWebhookEndpoint,
   type ReplayFrom,
   type ReplayOutcome,
@@ -46,6 +51,17 @@ const WAITING =
 const ENDPOINT_COLUMNS =
   'w.id, w.url, w.description, w.created_at, w.disabled_at, w.last_success_at, w.last_failure_at, w.previous_until';
 
+// The relay's own bookkeeping (hand-outs, leases, outcomes) commits without waiting for the WAL
+// to reach the disk (synchronous_commit = off, for its transaction alone): a crash of the
+// database server can forget only its last fraction of a second, which then makes an attempt
+// again, so at least once still holds; the API's commits still wait for the disk
+// (docs/webhooks.md#the-relay). Set in the statement that starts each of its transactions.
+const ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)";
+// The endpoints a claim wants deliveries for, with how many and whether it is a probe.
+const WANTS = `want AS (SELECT u.*, ${ASYNC_COMMIT} FROM unnest($1::bigint[], $2::int[], $3::boolean[]) AS u (id, n, probe))`;
+// Not leased, or leased by a relay whose lease has expired.
+const FREE = '(d.lease_until IS NULL OR d.lease_until <= $4)';
+
 const statements = {
   insert:
     `WITH ${LAST_LISTED} ` +
@@ -58,75 +74,103 @@ const statements = {
     'a AS (DELETE FROM webhook_attempts WHERE endpoint_id = $1) DELETE FROM webhook_endpoints WHERE id = $1',
   enable:
     `WITH ${LAST_LISTED} ` +
-    'UPDATE webhook_endpoints SET disabled_at = NULL, failing_since = NULL, cursor_tx = last.tx, cursor_seq = last.seq ' +
-    'FROM last WHERE id = $1 AND disabled_at IS NOT NULL',
+    'UPDATE webhook_endpoints SET disabled_at = NULL, failing_since = NULL, failures = 0, probe_at = NULL, ' +
+    'cursor_tx = last.tx, cursor_seq = last.seq FROM last WHERE id = $1 AND disabled_at IS NOT NULL',
   exists: 'SELECT 1 FROM webhook_endpoints WHERE id = $1',
-  lockEndpoint: 'SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE',
   roll: 'UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3',
   attempts:
     'SELECT endpoint_id, event_id, attempt, at, status, error, duration_ms FROM webhook_attempts ' +
     'WHERE endpoint_id = $1 ORDER BY id DESC LIMIT $2',
-  // One instance hands out an endpoint's events at a time; the others skip it.
-  open:
-    'SELECT w.id, w.cursor_tx::text AS cursor_tx, w.cursor_seq FROM webhook_endpoints w WHERE w.disabled_at IS NULL ' +
-    'AND (SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = w.id) < $1 FOR UPDATE SKIP LOCKED',
-  // The feed's own rule (postgres.ts, listEvents): never past an event not yet visible.
+  relayEndpoints:
+    'SELECT id, failures, probe_at, last_success_at IS NOT NULL AS succeeded FROM webhook_endpoints ' +
+    'WHERE disabled_at IS NULL',
+  // The events after its cursor, for each endpoint wanted that has fewer deliveries due than
+  // wanted, up to the feed's own rule (postgres.ts, listEvents): never past an event not yet
+  // visible. The endpoint's row is locked first (ascending ids, as finish locks them): instances
+  // handing out to one endpoint take turns, the second reading the cursor the first moved.
   handOut:
-    'WITH ev AS (SELECT tx, seq FROM events WHERE (tx, seq) > ($2::bigint, $3::bigint) ' +
-    `AND tx < ${HORIZON} ORDER BY tx, seq LIMIT $4), ` +
+    `WITH ${WANTS}, ` +
+    'ep AS (SELECT w.id, w.cursor_tx, w.cursor_seq, want.n FROM webhook_endpoints w JOIN want ON want.id = w.id ' +
+    'WHERE w.disabled_at IS NULL ' +
+    `AND EXISTS (SELECT 1 FROM events e WHERE (e.tx, e.seq) > (w.cursor_tx, w.cursor_seq) AND e.tx < ${HORIZON}) ` +
+    'AND (SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries d WHERE d.endpoint_id = w.id ' +
+    `AND (want.probe OR d.next_at <= $4) AND ${FREE} LIMIT want.n) x) < want.n ` +
+    'ORDER BY w.id FOR UPDATE OF w), ' +
+    'ev AS (SELECT ep.id, e.tx, e.seq FROM ep CROSS JOIN LATERAL (SELECT tx, seq FROM events ' +
+    `WHERE (tx, seq) > (ep.cursor_tx, ep.cursor_seq) AND tx < ${HORIZON} ORDER BY tx, seq ` +
+    'LIMIT greatest($5::int, ep.n)) e), ' +
     'ins AS (INSERT INTO webhook_deliveries (endpoint_id, tx, seq, attempts, next_at) ' +
-    'SELECT $1, tx, seq, 0, $5 FROM ev ON CONFLICT DO NOTHING), ' +
-    'last AS (SELECT tx, seq FROM ev ORDER BY tx DESC, seq DESC LIMIT 1) ' +
-    'UPDATE webhook_endpoints SET cursor_tx = last.tx, cursor_seq = last.seq FROM last WHERE id = $1 ' +
-    'RETURNING (SELECT count(*) FROM ev) AS copied',
-  // Each enabled endpoint's earliest due deliveries (twice the slots: some may be taken by
-  // another instance meanwhile), those due at the same instant in the feed's order (tx, seq), in
-  // turns across endpoints, the one with the fewest attempts in flight first (sqlite-webhooks.ts,
-  // inTurns); SKIP LOCKED: instances claiming at once take different deliveries, and the lease
-  // then keeps the others off a claimed one until it expires.
+    'SELECT id, tx, seq, 0, $4 FROM ev ON CONFLICT DO NOTHING), ' +
+    'last AS (SELECT DISTINCT ON (id) id, tx, seq FROM ev ORDER BY id, tx DESC, seq DESC) ' +
+    'UPDATE webhook_endpoints w SET cursor_tx = last.tx, cursor_seq = last.seq FROM last WHERE w.id = last.id',
+  // Per endpoint wanted, its earliest due deliveries, those due at the same instant in the
+  // feed's order (tx, seq: the due index's order); for a probe, its oldest delivery waiting, in
+  // the feed's order, and only when its probe_at has passed, which moves to the lease's end.
+  // SKIP LOCKED: instances claiming at once take different deliveries (and one probes an
+  // endpoint), and the lease then keeps the others off a claimed one until it expires.
   claim:
-    'WITH busy AS (SELECT endpoint_id, count(*) AS n FROM webhook_deliveries ' +
-    'WHERE lease_until IS NOT NULL AND lease_until > $1 GROUP BY endpoint_id), ' +
-    'cand AS (SELECT x.endpoint_id, x.tx, x.seq, x.next_at, ' +
-    'coalesce(b.n, 0) + row_number() OVER (PARTITION BY x.endpoint_id ORDER BY x.next_at, x.tx, x.seq) AS turn ' +
-    'FROM webhook_endpoints w CROSS JOIN LATERAL (SELECT endpoint_id, tx, seq, next_at FROM webhook_deliveries ' +
-    'WHERE endpoint_id = w.id AND next_at <= $1 AND (lease_until IS NULL OR lease_until <= $1) ' +
-    'ORDER BY next_at, tx, seq LIMIT $2 * 2) x LEFT JOIN busy b ON b.endpoint_id = w.id WHERE w.disabled_at IS NULL), ' +
-    'c AS (SELECT d.endpoint_id, d.tx, d.seq FROM webhook_deliveries d ' +
-    'JOIN cand ON cand.endpoint_id = d.endpoint_id AND cand.tx = d.tx AND cand.seq = d.seq ' +
-    'WHERE d.next_at <= $1 AND (d.lease_until IS NULL OR d.lease_until <= $1) ' +
-    'ORDER BY cand.turn, cand.next_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED), ' +
-    'u AS (UPDATE webhook_deliveries d SET lease_until = $3, lease_owner = $4, attempts = d.attempts + 1 FROM c ' +
+    `WITH ${WANTS}, ` +
+    'probe AS (SELECT w.id FROM webhook_endpoints w JOIN want ON want.id = w.id AND want.probe ' +
+    'WHERE w.disabled_at IS NULL AND (w.probe_at IS NULL OR w.probe_at <= $4) ' +
+    'ORDER BY w.id FOR UPDATE OF w SKIP LOCKED), ' +
+    'c AS (SELECT x.endpoint_id, x.tx, x.seq FROM want JOIN webhook_endpoints w ON w.id = want.id ' +
+    'AND w.disabled_at IS NULL AND NOT want.probe CROSS JOIN LATERAL (SELECT endpoint_id, tx, seq ' +
+    `FROM webhook_deliveries d WHERE d.endpoint_id = want.id AND d.next_at <= $4 AND ${FREE} ` +
+    'ORDER BY d.next_at, d.tx, d.seq LIMIT want.n FOR UPDATE OF d SKIP LOCKED) x ' +
+    'UNION ALL SELECT x.endpoint_id, x.tx, x.seq FROM probe CROSS JOIN LATERAL (SELECT endpoint_id, tx, seq ' +
+    `FROM webhook_deliveries d WHERE d.endpoint_id = probe.id AND ${FREE} ` +
+    'ORDER BY d.tx, d.seq LIMIT 1 FOR UPDATE OF d SKIP LOCKED) x), ' +
+    'took AS (UPDATE webhook_endpoints w SET probe_at = $5 FROM probe WHERE w.id = probe.id ' +
+    'AND EXISTS (SELECT 1 FROM c WHERE c.endpoint_id = w.id)), ' +
+    'u AS (UPDATE webhook_deliveries d SET lease_until = $5, lease_owner = $6, attempts = d.attempts + 1 FROM c ' +
     'WHERE d.endpoint_id = c.endpoint_id AND d.tx = c.tx AND d.seq = c.seq RETURNING d.endpoint_id, d.tx, d.seq, d.attempts) ' +
     'SELECT u.endpoint_id, u.tx::text AS tx, u.seq, u.attempts, w.url, w.secret, w.previous_secret, w.previous_until, ' +
     'e.type, e.created_at, e.data FROM u JOIN webhook_endpoints w ON w.id = u.endpoint_id ' +
     'LEFT JOIN events e ON e.tx = u.tx AND e.seq = u.seq',
-  // An endpoint's attempts of one batch, in the order given (the ids follow it). Not for an
-  // endpoint removed while the attempts were in flight.
-  insertAttempts:
-    'INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, at, status, error, duration_ms) ' +
-    'SELECT w.id, a.event_id, a.attempt, a.at, a.status, a.error, a.duration_ms FROM webhook_endpoints w, ' +
-    'unnest($2::text[], $3::int[], $4::bigint[], $5::int[], $6::text[], $7::int[]) WITH ORDINALITY ' +
-    'AS a (event_id, attempt, at, status, error, duration_ms, n) WHERE w.id = $1 ORDER BY a.n',
-  pruneAttempts:
-    'DELETE FROM webhook_attempts WHERE endpoint_id = $1 AND id <= ' +
-    `(SELECT id FROM webhook_attempts WHERE endpoint_id = $1 ORDER BY id DESC LIMIT 1 OFFSET ${ATTEMPTS_KEPT})`,
-  done:
-    'DELETE FROM webhook_deliveries d USING unnest($2::bigint[], $3::bigint[]) AS u (tx, seq) ' +
-    'WHERE d.endpoint_id = $1 AND d.tx = u.tx AND d.seq = u.seq',
-  retry:
-    'UPDATE webhook_deliveries d SET next_at = u.next_at, lease_until = NULL, lease_owner = NULL ' +
-    'FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS u (tx, seq, next_at) ' +
-    'WHERE d.endpoint_id = $1 AND d.tx = u.tx AND d.seq = u.seq',
-  release:
-    'UPDATE webhook_deliveries SET lease_until = NULL, lease_owner = NULL ' +
-    'WHERE endpoint_id = $1 AND tx = $2::bigint AND seq = $3 AND lease_owner = $4',
-  succeeded: 'UPDATE webhook_endpoints SET last_success_at = $1, failing_since = NULL WHERE id = $2',
-  failed:
-    'UPDATE webhook_endpoints SET last_failure_at = $1, failing_since = coalesce(failing_since, $1) WHERE id = $2',
-  disable:
-    'UPDATE webhook_endpoints SET disabled_at = $1 WHERE id = $2 AND disabled_at IS NULL ' +
-    'AND coalesce(last_success_at, -1) < $3 AND (failing_since <= $3 OR $4::boolean)',
+  // The endpoints of a batch of outcomes, as they are now, and which of the outcomes ($2..$4:
+  // endpoint, tx, seq) are of deliveries still leased by $5, those locked.
+  readOutcomes:
+    `WITH ep AS (SELECT id, failures, probe_at, last_success_at, last_failure_at, failing_since, disabled_at, ` +
+    `${ASYNC_COMMIT} AS async FROM webhook_endpoints WHERE id = ANY($1::bigint[])), ` +
+    'held AS (SELECT o.n FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS o (endpoint_id, tx, seq, n) ' +
+    'JOIN webhook_deliveries d ON d.endpoint_id = o.endpoint_id AND d.tx = o.tx AND d.seq = o.seq ' +
+    'AND d.lease_owner = $5 FOR UPDATE OF d) ' +
+    'SELECT id, failures, probe_at, last_success_at, last_failure_at, failing_since, disabled_at, NULL::bigint AS n FROM ep ' +
+    'UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, n FROM held',
+  // The rows of endpoints whose state the outcomes change, locked in ascending order by every
+  // instance: two batches written at once wait for each other, never deadlock.
+  lockStates:
+    'SELECT id, failures, probe_at, last_success_at, last_failure_at, failing_since, disabled_at ' +
+    'FROM webhook_endpoints WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE',
+  // The outcomes held, in the order given (the attempts' ids follow it): each attempt's row,
+  // each delivery removed (no retry time) or due again; then each endpoint's state after them
+  // (a release time: every delivery waiting for it due then) and its attempts beyond the last
+  // ATTEMPTS_KEPT deleted, except those of events still waiting for it.
+  writeOutcomes:
+    'WITH o AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::int[], $6::bigint[], ' +
+    '$7::int[], $8::text[], $9::int[], $10::bigint[]) WITH ORDINALITY ' +
+    'AS o (endpoint_id, event_id, tx, seq, attempt, at, status, error, duration_ms, retry_at, n)), ' +
+    'ins AS (INSERT INTO webhook_attempts (endpoint_id, event_id, tx, seq, attempt, at, status, error, duration_ms) ' +
+    'SELECT endpoint_id, event_id, tx, seq, attempt, at, status, error, duration_ms FROM o ORDER BY n), ' +
+    'done AS (DELETE FROM webhook_deliveries d USING o ' +
+    'WHERE d.endpoint_id = o.endpoint_id AND d.tx = o.tx AND d.seq = o.seq AND o.retry_at IS NULL AND d.lease_owner = $11), ' +
+    'again AS (UPDATE webhook_deliveries d SET next_at = o.retry_at, lease_until = NULL, lease_owner = NULL FROM o ' +
+    'WHERE d.endpoint_id = o.endpoint_id AND d.tx = o.tx AND d.seq = o.seq AND o.retry_at IS NOT NULL AND d.lease_owner = $11), ' +
+    'st AS (SELECT * FROM unnest($12::bigint[], $13::int[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], ' +
+    '$18::bigint[], $19::bigint[]) AS st (id, failures, probe_at, last_success_at, last_failure_at, failing_since, ' +
+    'disabled_at, released_at)), ' +
+    'r AS (UPDATE webhook_deliveries d SET next_at = st.released_at FROM st WHERE st.released_at IS NOT NULL ' +
+    'AND d.endpoint_id = st.id AND d.next_at <> st.released_at AND (d.lease_until IS NULL OR d.lease_until <= st.released_at)), ' +
+    // What the prune reads is the database as the statement began: without this batch's attempts
+    // (so it keeps that many fewer of the others), with this batch's deliveries done.
+    // Each endpoint's cut, worked out once (MATERIALIZED), then a range of its index deleted.
+    'cut AS MATERIALIZED (SELECT e.id, (SELECT x.id FROM webhook_attempts x WHERE x.endpoint_id = e.id ' +
+    `ORDER BY x.id DESC LIMIT 1 OFFSET greatest(0, ${ATTEMPTS_KEPT} - (SELECT count(*) FROM o WHERE o.endpoint_id = e.id))) ` +
+    'AS last FROM (SELECT DISTINCT endpoint_id AS id FROM o) e), ' +
+    'p AS (DELETE FROM webhook_attempts a USING cut WHERE a.endpoint_id = cut.id AND a.id <= cut.last ' +
+    'AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.endpoint_id = a.endpoint_id AND d.tx = a.tx AND d.seq = a.seq)) ' +
+    'UPDATE webhook_endpoints w SET failures = st.failures, probe_at = st.probe_at, last_success_at = st.last_success_at, ' +
+    'last_failure_at = st.last_failure_at, failing_since = st.failing_since, disabled_at = st.disabled_at FROM st WHERE w.id = st.id',
   stats:
     `SELECT sum(CASE WHEN w.disabled_at IS NULL THEN ${WAITING} ELSE 0 END) AS waiting, ` +
     'min(CASE WHEN w.disabled_at IS NULL THEN least(' +
@@ -150,146 +194,33 @@ interface ClaimRow extends Partial<Omit<EventRow, 'tx'>> {
  * The webhook half of the PostgreSQL store, shared by every instance: endpoints' events are
  * handed out under a row lock, deliveries claimed with FOR UPDATE SKIP LOCKED and a lease, so
  * each attempt is made by one instance and one a killed instance abandoned is taken over once
- * its lease expires.
+ * its lease expires; an outcome is written only by the instance still holding its lease.
+ * `connection` is the settings of the connection each relay listens for commits on.
  */
 export function postgresWebhooks(
-  run: Run,
   inTransaction: <T>(work: (client: pg.PoolClient) => Promise<T>) => Promise<T>,
+  connection: pg.ClientConfig,
+  run: Run,
 ): WebhookStore {
-  const get = async (id: number | bigint) => (await run<EndpointRow>(statements.get, [id])).rows[0];
   return {
+    ...endpointCommands(run),
     ...postgresWebhookTools(run, inTransaction),
-    async addEndpoint({ url, description, secret, createdAt }: NewWebhookEndpoint) {
-      const { rows } = await run<{ id: bigint }>(statements.insert, [url, description, secret, createdAt]);
-      return toEndpoint((await get(rows[0]!.id))!);
-    },
-    async listEndpoints() {
-      return (await run<EndpointRow>(statements.list, [])).rows.map(toEndpoint);
-    },
-    async removeEndpoint(id: number) {
-      return ((await run(statements.remove, [id])).rowCount ?? 0) > 0;
-    },
-    async enableEndpoint(id: number) {
-      if (((await run(statements.enable, [id])).rowCount ?? 0) > 0) return 'enabled';
-      return (await run(statements.exists, [id])).rows.length > 0 ? 'already' : 'unknown';
-    },
-    async rollSecret(id: number, secret: string, previousUntil: number) {
-      return ((await run(statements.roll, [previousUntil, secret, id])).rowCount ?? 0) > 0;
-    },
-    async listAttempts(id: number, limit: number) {
-      if ((await run(statements.exists, [id])).rows.length === 0) return undefined;
-      return (await run<AttemptRow>(statements.attempts, [id, limit])).rows.map(toAttempt);
-    },
-    async handOut(now: number, batch: number, window: number) {
-      return inTransaction(async (client) => {
-        const { rows } = await run<{ id: bigint; cursor_tx: string; cursor_seq: bigint }>(
-          statements.open,
-          [window],
-          client,
-        );
-        let copied = 0;
-        for (const { id, cursor_tx, cursor_seq } of rows) {
-          const result = await run<{ copied: bigint }>(
-            statements.handOut,
-            [id, cursor_tx, cursor_seq, batch, now],
-            client,
-          );
-          copied += Number(result.rows[0]?.copied ?? 0);
-        }
-        return copied;
-      });
-    },
-    async claim({ now, limit, leaseMs, owner }: ClaimQuery) {
-      const { rows } = await run<ClaimRow>(statements.claim, [now, limit, now + leaseMs, owner]);
+    async relayEndpoints() {
+      const { rows } = await run<{ id: bigint; failures: number; probe_at: bigint | null; succeeded: boolean }>(
+        statements.relayEndpoints,
+        [],
+      );
       return rows.map((row) => ({
-        endpointId: Number(row.endpoint_id),
-        url: row.url,
-        secrets: secretsAt(now, row.secret, row.previous_secret, row.previous_until),
-        position: { tx: BigInt(row.tx), seq: row.seq },
-        event:
-          row.data === null || row.data === undefined ? undefined : toEvent({ ...row, tx: BigInt(row.tx) } as EventRow),
-        attempt: Number(row.attempts),
+        id: Number(row.id),
+        failures: Number(row.failures),
+        probeAt: row.probe_at === null ? null : Number(row.probe_at),
+        succeeded: row.succeeded,
       }));
     },
-    async finish(outcomes: AttemptOutcome[]) {
-      // Each endpoint's row is locked before anything of its own, endpoints in ascending order,
-      // by every instance: two batches written at once wait for each other, never deadlock. An
-      // endpoint's outcomes are written in the order given, the order the attempts ended, as
-      // SQLite writes them.
-      const order = outcomes
-        .map((outcome, index) => ({ outcome, index }))
-        .sort((a, b) => a.outcome.record.endpointId - b.outcome.record.endpointId);
-      const byEndpoint = new Map<number, typeof order>();
-      for (const item of order) {
-        const id = item.outcome.record.endpointId;
-        const items = byEndpoint.get(id);
-        if (items) items.push(item);
-        else byEndpoint.set(id, [item]);
-      }
-      // A few statements per endpoint, whatever the number of its attempts: the rows of each kind
-      // go in one statement, as arrays.
-      return inTransaction(async (client) => {
-        const disabled: boolean[] = new Array<boolean>(outcomes.length).fill(false);
-        for (const [id, items] of byEndpoint) {
-          await run(statements.lockEndpoint, [id], client);
-          const records = items.map(({ outcome }) => outcome.record);
-          await run(
-            statements.insertAttempts,
-            [
-              id,
-              records.map((r) => r.eventId),
-              records.map((r) => r.attempt),
-              records.map((r) => r.at.getTime()),
-              records.map((r) => r.status),
-              records.map((r) => r.error),
-              records.map((r) => r.durationMs),
-            ],
-            client,
-          );
-          await run(statements.pruneAttempts, [id], client);
-          const ended = items.filter(({ outcome }) => outcome.ok || outcome.retryAt === undefined);
-          if (ended.length > 0) {
-            const positions = ended.map(({ outcome }) => outcome.position);
-            await run(statements.done, [id, positions.map((p) => String(p.tx)), positions.map((p) => p.seq)], client);
-          }
-          const retried = items.filter(({ outcome }) => !outcome.ok && outcome.retryAt !== undefined);
-          if (retried.length > 0) {
-            const positions = retried.map(({ outcome }) => outcome.position);
-            await run(
-              statements.retry,
-              [
-                id,
-                positions.map((p) => String(p.tx)),
-                positions.map((p) => p.seq),
-                retried.map(({ outcome }) => outcome.retryAt),
-              ],
-              client,
-            );
-          }
-          // The endpoint's state, outcome by outcome in the order given; of successes in a row,
-          // only the last one's time is kept, so one statement writes them.
-          for (const [i, { outcome, index }] of items.entries()) {
-            const at = outcome.record.at.getTime();
-            if (outcome.ok) {
-              if (!items[i + 1]?.outcome.ok) await run(statements.succeeded, [at, id], client);
-              continue;
-            }
-            await run(statements.failed, [at, id], client);
-            const { rowCount } = await run(
-              statements.disable,
-              [at, id, outcome.disableUnlessSuccessSince, outcome.retryAt === undefined],
-              client,
-            );
-            disabled[index] = (rowCount ?? 0) > 0;
-          }
-        }
-        return disabled;
-      });
-    },
+    claim: (query) => claim(run, query),
+    finish: (query) => inTransaction((client) => finishAll(run, client, query)),
     async recover() {},
-    async release(endpointId: number, position: EventPosition, owner: string) {
-      await run(statements.release, [endpointId, String(position.tx), position.seq, owner]);
-    },
+    onEventsWritten: eventsHeard(connection),
     async stats() {
       const { rows } = await run<{ waiting: bigint | null; oldest: Date | null; disabled: bigint }>(
         statements.stats,
@@ -301,9 +232,198 @@ export function postgresWebhooks(
   };
 }
 
+/** What `petstore webhooks` does to endpoints. */
+function endpointCommands(run: Run) {
+  const get = async (id: number | bigint) => (await run<EndpointRow>(statements.get, [id])).rows[0];
+  return {
+    async addEndpoint({ url, description, secret, createdAt }: NewWebhookEndpoint) {
+      const { rows } = await run<{ id: bigint }>(statements.insert, [url, description, secret, createdAt]);
+      return toEndpoint((await get(rows[0]!.id))!);
+    },
+    async listEndpoints() {
+      return (await run<EndpointRow>(statements.list, [])).rows.map(toEndpoint);
+    },
+    async removeEndpoint(id: number) {
+      return ((await run(statements.remove, [id])).rowCount ?? 0) > 0;
+    },
+    async enableEndpoint(id: number) {
+      if (((await run(statements.enable, [id])).rowCount ?? 0) > 0) return 'enabled' as const;
+      return (await run(statements.exists, [id])).rows.length > 0 ? ('already' as const) : ('unknown' as const);
+    },
+    async rollSecret(id: number, secret: string, previousUntil: number) {
+      return ((await run(statements.roll, [previousUntil, secret, id])).rowCount ?? 0) > 0;
+    },
+    async listAttempts(id: number, limit: number) {
+      if ((await run(statements.exists, [id])).rows.length === 0) return undefined;
+      return (await run<AttemptRow>(statements.attempts, [id, limit])).rows.map(toAttempt);
+    },
+  };
+}
+
+/** See WebhookStore.claim: the hand-out, then the leases, each one statement for every endpoint wanted. */
+async function claim(run: Run, { now, leaseMs, owner, wants, batch }: ClaimQuery) {
+  const wanted = wants.filter((want) => want.count > 0);
+  if (wanted.length === 0) return [];
+  const values = [wanted.map((w) => w.endpointId), wanted.map((w) => w.count), wanted.map((w) => w.probe), now];
+  await run(statements.handOut, [...values, batch]);
+  const { rows } = await run<ClaimRow>(statements.claim, [...values, now + leaseMs, owner]);
+  return rows.map((row) => ({
+    endpointId: Number(row.endpoint_id),
+    url: row.url,
+    secrets: secretsAt(now, row.secret, row.previous_secret, row.previous_until),
+    position: { tx: BigInt(row.tx), seq: row.seq },
+    event:
+      row.data === null || row.data === undefined ? undefined : toEvent({ ...row, tx: BigInt(row.tx) } as EventRow),
+    attempt: Number(row.attempts),
+  }));
+}
+
+// An endpoint's last success is written again only once it is this much older than a new one:
+// a receiver answering every attempt is not one row written per batch, on each instance, under
+// a lock the others wait for. `webhooks list` shows it a second late at most.
+const SUCCESS_RESOLUTION_MS = 1000;
+
+/** Whether outcomes leave `before` as it is, but for a last success less than SUCCESS_RESOLUTION_MS newer. */
+function settled(before: EndpointState, after: EndpointState, releasedAt: number | undefined): boolean {
+  const success =
+    after.lastSuccessAt === before.lastSuccessAt ||
+    (before.lastSuccessAt !== null && after.lastSuccessAt! - before.lastSuccessAt < SUCCESS_RESOLUTION_MS);
+  return (
+    success &&
+    releasedAt === undefined &&
+    after.failures === before.failures &&
+    after.probeAt === before.probeAt &&
+    after.lastFailureAt === before.lastFailureAt &&
+    after.failingSince === before.failingSince &&
+    after.disabledAt === before.disabledAt
+  );
+}
+
+type StateRow = EndpointStateRow & { id: bigint | null };
+type Held = { outcome: AttemptOutcome; index: number }[];
+
+/** An endpoint's outcomes of a batch, held under the lease, with its state after them. */
+interface After extends ReturnType<typeof endpointAfterOutcomes> {
+  id: number;
+  items: Held;
+}
+
+/**
+ * See WebhookStore.finish, in two statements however many endpoints and attempts (three when an
+ * endpoint's state changes): the deliveries still leased locked, and each endpoint read; the
+ * rows of the endpoints whose state the outcomes change locked (ascending), and their outcomes
+ * worked out again from them; then everything written, as arrays.
+ */
+async function finishAll(run: Run, client: pg.PoolClient, query: FinishQuery): Promise<FinishResult> {
+  const { rows, byEndpoint } = await readHeld(run, client, query);
+  const afterOf = (row: StateRow): After => {
+    const items = byEndpoint.get(Number(row.id))!;
+    const outcomes = items.map(({ outcome }) => outcome);
+    return { id: Number(row.id), items, ...endpointAfterOutcomes(toEndpointState(row), outcomes, query.retryMs) };
+  };
+  const read = rows.filter((row) => row.id !== null && byEndpoint.has(Number(row.id)));
+  const changed = read.filter((row) => {
+    const { state, releasedAt } = afterOf(row);
+    return !settled(toEndpointState(row), state, releasedAt);
+  });
+  // Worked out again from the locked rows: what was read may have changed meanwhile.
+  const locked = changed.length
+    ? (await run<StateRow>(statements.lockStates, [changed.map((row) => Number(row.id))], client)).rows.map(afterOf)
+    : [];
+  const afters = [...read.filter((row) => !changed.includes(row)).map(afterOf), ...locked];
+  const results: FinishResult['outcomes'] = query.outcomes.map(() => 'lost');
+  for (const { items, disabled } of afters) {
+    for (const [i, { index }] of items.entries()) results[index] = disabled[i] ? 'disabled' : 'recorded';
+  }
+  if (afters.length > 0) await writeAll(run, client, query.owner, afters, locked);
+  const endpoints = afters.map(({ id, state }) => ({
+    id,
+    failures: state.failures,
+    probeAt: state.probeAt,
+    succeeded: state.lastSuccessAt !== null,
+  }));
+  return { outcomes: results, endpoints };
+}
+
+/** The endpoints' rows as they are, and the outcomes whose deliveries are still `owner`'s (locked), by endpoint. */
+async function readHeld(run: Run, client: pg.PoolClient, { owner, outcomes }: FinishQuery) {
+  const ids = [...new Set(outcomes.map((o) => o.record.endpointId))].sort((a, b) => a - b);
+  const { rows } = await run<StateRow & { n: bigint | null }>(
+    statements.readOutcomes,
+    [
+      ids,
+      outcomes.map((o) => o.record.endpointId),
+      outcomes.map((o) => String(o.position.tx)),
+      outcomes.map((o) => o.position.seq),
+      owner,
+    ],
+    client,
+  );
+  const held = new Set(rows.filter((row) => row.n !== null).map((row) => Number(row.n) - 1));
+  const byEndpoint = new Map<number, Held>();
+  for (const [index, outcome] of outcomes.entries()) {
+    if (!held.has(index)) continue;
+    const items = byEndpoint.get(outcome.record.endpointId) ?? [];
+    items.push({ outcome, index });
+    byEndpoint.set(outcome.record.endpointId, items);
+  }
+  return { rows: rows.filter((row) => row.n === null), byEndpoint };
+}
+
+/** The outcomes of `afters` (endpoints still there), and the state of those `locked`, in one statement. */
+async function writeAll(run: Run, client: pg.PoolClient, owner: string, afters: After[], locked: After[]) {
+  const written = afters.flatMap(({ items }) => items.map(({ outcome }) => outcome));
+  const records = written.map((o) => o.record);
+  const states = locked.map(({ state }) => state);
+  await run(
+    statements.writeOutcomes,
+    [
+      records.map((r) => r.endpointId),
+      records.map((r) => r.eventId),
+      written.map((o) => String(o.position.tx)),
+      written.map((o) => o.position.seq),
+      records.map((r) => r.attempt),
+      records.map((r) => r.at.getTime()),
+      records.map((r) => r.status),
+      records.map((r) => r.error),
+      records.map((r) => r.durationMs),
+      written.map((o) => (o.ok || o.retryAt === undefined ? null : o.retryAt)),
+      owner,
+      locked.map(({ id }) => id),
+      states.map((state) => state.failures),
+      states.map((state) => state.probeAt),
+      states.map((state) => state.lastSuccessAt),
+      states.map((state) => state.lastFailureAt),
+      states.map((state) => state.failingSince),
+      states.map((state) => state.disabledAt),
+      locked.map(({ releasedAt }) => releasedAt ?? null),
+    ],
+    client,
+  );
+}
+
+/** onEventsWritten: one listening connection, while any listener is there. */
+function eventsHeard(connection: pg.ClientConfig) {
+  const listeners = new Set<() => void>();
+  let stop: (() => Promise<void>) | undefined;
+  return (listener: () => void) => {
+    listeners.add(listener);
+    stop ??= listenForEvents(connection, () => listeners.forEach((each) => each()));
+    return async () => {
+      listeners.delete(listener);
+      if (listeners.size > 0 || !stop) return;
+      const stopping = stop;
+      stop = undefined;
+      await stopping();
+    };
+  };
+}
+
 // The operators' tools' statements (docs/webhooks.md#sending-again). Positions go as text: a
 // bigint parameter is sent as its decimal digits either way.
 const tools = {
+  // Every instance's relay hears it at the commit, as it hears new events (migration 009's trigger).
+  wake: `SELECT pg_notify('${EVENTS_CHANNEL}', current_schema())`,
   target: 'SELECT url, secret, previous_secret, previous_until, disabled_at FROM webhook_endpoints WHERE id = $1',
   // FOR UPDATE: a resend waits for a relay writing the endpoint's outcomes, and then sees them.
   lockEndpoint:
@@ -401,13 +521,10 @@ async function postgresResend(
   if (missing) return missing;
   const key = [endpointId, String(position.tx), String(position.seq)];
   const { rows } = await run<{ lease_until: bigint | null }>(tools.delivery, key, client);
-  if (!rows[0]) {
-    await run(tools.insertDelivery, [...key, now], client);
-    return { kind: 'due', before: 'none' };
-  }
-  if (rows[0].lease_until !== null && Number(rows[0].lease_until) > now) return { kind: 'due', before: 'in_flight' };
-  await run(tools.dueNow, [...key, now], client);
-  return { kind: 'due', before: 'waiting' };
+  if (rows[0]?.lease_until != null && Number(rows[0].lease_until) > now) return { kind: 'due', before: 'in_flight' };
+  await run(rows[0] ? tools.dueNow : tools.insertDelivery, [...key, now], client);
+  await run(tools.wake, [], client);
+  return { kind: 'due', before: rows[0] ? 'waiting' : 'none' };
 }
 
 async function postgresReplay(run: Run, endpointId: number, from: ReplayFrom, now: number): Promise<ReplayOutcome> {
@@ -436,6 +553,7 @@ async function postgresReplay(run: Run, endpointId: number, from: ReplayFrom, no
     const last = row.last_tx === null ? undefined : { tx: BigInt(row.last_tx), seq: row.last_seq! };
     return { events: Number(row.events), due: Number(row.due), last };
   });
+  if (due > 0) await run(tools.wake, []);
   // Those after the cursor: the relay hands them out as it does every new event.
   const beyond = laterOf(start, cursor);
   const { rows } = await run<{ n: bigint }>(tools.later, [String(beyond.tx), String(beyond.seq), since]);

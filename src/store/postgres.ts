@@ -442,13 +442,13 @@ function primaryStore(db: PostgresConnection, reads: PostgresReads, clock: Clock
   const keys = keyWrites(db);
   return {
     idsVisibleInOrder: false,
-    webhooks: postgresWebhooks(async (text, values, client) => {
+    webhooks: postgresWebhooks(db.inTransaction, db.config, async (text, values, client) => {
       try {
         return await (client ?? db.pool).query(text, values);
       } catch (error) {
         throw translate(error);
       }
-    }, db.inTransaction),
+    }),
     isDiskError,
     probeWrite: pets.probeWrite,
     addHits: rateCounts(db),

@@ -2,100 +2,34 @@ import type Database from 'better-sqlite3';
 import { toEvent, type EventRow } from './rows.js';
 import type { EventPosition } from './store.js';
 import {
+  endpointAfterOutcomes,
   laterOf,
   REPLAY_BATCH,
   replayInBatches,
+  secretsAt,
+  toAttempt,
+  toEndpoint,
+  toEndpointState,
+  ATTEMPTS_KEPT,
   type AttemptOutcome,
+  type AttemptRow,
+  type ClaimedDelivery,
   type ClaimQuery,
+  type DeliveryWant,
+  type EndpointRow,
+  type EndpointStateRow,
+  type FinishQuery,
+  type FinishResult,
   type NewWebhookEndpoint,
+  type RelayEndpoint,
   type ReplayFrom,
   type ReplayOutcome,
   type ResendOutcome,
   type ResendRefusal,
   type SigningTarget,
-  type WebhookAttemptRecord,
-  type WebhookEndpointRecord,
   type WebhookStore,
   type WebhookTools,
 } from './webhooks.js';
-
-type Int = bigint | number | null;
-
-/** A `webhook_endpoints` row with its waiting count, as both stores read it. */
-export interface EndpointRow {
-  id: Int;
-  url: string;
-  description: string;
-  created_at: Int;
-  disabled_at: Int;
-  last_success_at: Int;
-  last_failure_at: Int;
-  previous_until: Int;
-  waiting: Int;
-}
-
-export interface AttemptRow {
-  endpoint_id: Int;
-  event_id: string;
-  attempt: Int;
-  at: Int;
-  status: Int;
-  error: string | null;
-  duration_ms: Int;
-}
-
-const date = (ms: Int) => (ms === null ? null : new Date(Number(ms)));
-
-export const toEndpoint = (row: EndpointRow): WebhookEndpointRecord => ({
-  id: Number(row.id),
-  url: row.url,
-  description: row.description,
-  createdAt: new Date(Number(row.created_at)),
-  disabledAt: date(row.disabled_at),
-  lastSuccessAt: date(row.last_success_at),
-  lastFailureAt: date(row.last_failure_at),
-  previousSecretUntil: date(row.previous_until),
-  waiting: Number(row.waiting ?? 0),
-});
-
-export const toAttempt = (row: AttemptRow): WebhookAttemptRecord => ({
-  endpointId: Number(row.endpoint_id),
-  eventId: row.event_id,
-  attempt: Number(row.attempt),
-  at: new Date(Number(row.at)),
-  status: row.status === null ? null : Number(row.status),
-  error: row.error,
-  durationMs: Number(row.duration_ms),
-});
-
-/** The secrets to sign with at `now`: the current one, and the replaced one while its grace lasts. */
-export function secretsAt(now: number, secret: string, previous: string | null, until: Int): string[] {
-  return previous !== null && until !== null && Number(until) > now ? [secret, previous] : [secret];
-}
-
-/**
- * The `limit` deliveries to lease among `rows` (each endpoint's earliest due, in next_at order,
- * then the feed's, with `busy`, the leases it holds): endpoints take turns, the one with the
- * fewest attempts in flight first, so an endpoint that hangs or fails cannot take every slot from
- * the others; an endpoint's own deliveries keep the order of `rows`.
- */
-export function inTurns<T extends { endpoint_id: bigint | number; next_at: bigint | number; busy: bigint | number }>(
-  rows: T[],
-  limit: number,
-): T[] {
-  const taken = new Map<string, number>();
-  const turns = rows.map((row) => {
-    const key = String(row.endpoint_id);
-    const rank = (taken.get(key) ?? 0) + 1;
-    taken.set(key, rank);
-    return { row, turn: Number(row.busy) + rank, at: Number(row.next_at) };
-  });
-  turns.sort((a, b) => a.turn - b.turn || a.at - b.at);
-  return turns.slice(0, limit).map(({ row }) => row);
-}
-
-/** Attempts kept per endpoint for `webhooks deliveries`. */
-export const ATTEMPTS_KEPT = 100;
 
 // Events owed to an endpoint: its deliveries waiting, and the events after its cursor.
 // A disabled endpoint is owed no event created while it is disabled (enable moves its cursor).
@@ -106,39 +40,27 @@ const ENDPOINT_COLUMNS =
   'w.id, w.url, w.description, w.created_at, w.disabled_at, w.last_success_at, w.last_failure_at, w.previous_until';
 // The last event written: a new (or re-enabled) endpoint receives the events after it.
 const LAST_SEQ = "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)";
+const STATE_COLUMNS = 'failures, probe_at, last_success_at, last_failure_at, failing_since, disabled_at';
+// Not leased, or leased by a relay whose lease has expired.
+const FREE = '(lease_until IS NULL OR lease_until <= ?)';
 
-interface ClaimRow {
-  endpoint_id: bigint;
-  seq: bigint;
-  attempts: bigint;
-  next_at: bigint;
-  busy: bigint;
+interface ClaimEndpointRow {
   url: string;
   secret: string;
   previous_secret: string | null;
   previous_until: bigint | null;
+  cursor_seq: bigint;
+  probe_at: bigint | null;
 }
 
-/**
- * The webhook half of the SQLite store. One process serves a SQLite file, so its relay is the
- * only one; the leases still make a restart after kill -9 take over what the killed process was
- * sending. `whileBusy` retries a call refused by another process's lock (a CLI command);
- * `counting` is the connection stats() reads on (sqlite.ts), `db` by default.
- */
-export function sqliteWebhooks(
-  db: Database.Database,
-  {
-    whileBusy,
-    beforeWrite,
-    counting = () => db,
-  }: {
-    whileBusy: <T>(work: () => T) => T | Promise<T>;
-    beforeWrite: () => void;
-    counting?: () => Database.Database;
-  },
-): WebhookStore {
-  let prepared: ReturnType<typeof prepare> | undefined;
-  const prepare = () => ({
+interface DueRow {
+  seq: bigint;
+  attempts: bigint;
+}
+
+/** The statements, compiled once the schema is there (after migrate). */
+function prepare(db: Database.Database) {
+  return {
     insert: db.prepare(
       'INSERT INTO webhook_endpoints (url, description, secret, created_at, cursor_seq) ' +
         `VALUES (?, ?, ?, ?, ${LAST_SEQ})`,
@@ -153,8 +75,8 @@ export function sqliteWebhooks(
     removeDeliveries: db.prepare('DELETE FROM webhook_deliveries WHERE endpoint_id = ?'),
     removeAttempts: db.prepare('DELETE FROM webhook_attempts WHERE endpoint_id = ?'),
     enable: db.prepare(
-      `UPDATE webhook_endpoints SET disabled_at = NULL, failing_since = NULL, cursor_seq = ${LAST_SEQ} ` +
-        'WHERE id = ? AND disabled_at IS NOT NULL',
+      'UPDATE webhook_endpoints SET disabled_at = NULL, failing_since = NULL, failures = 0, probe_at = NULL, ' +
+        `cursor_seq = ${LAST_SEQ} WHERE id = ? AND disabled_at IS NOT NULL`,
     ),
     roll: db.prepare(
       'UPDATE webhook_endpoints SET previous_secret = secret, previous_until = ?, secret = ? WHERE id = ?',
@@ -163,79 +85,98 @@ export function sqliteWebhooks(
       'SELECT endpoint_id, event_id, attempt, at, status, error, duration_ms FROM webhook_attempts ' +
         'WHERE endpoint_id = ? ORDER BY id DESC LIMIT ?',
     ),
-    open: db.prepare<[number], { id: bigint; cursor_seq: bigint }>(
-      'SELECT w.id, w.cursor_seq FROM webhook_endpoints w WHERE w.disabled_at IS NULL ' +
-        'AND (SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = w.id) < ?',
+    relayEndpoints: db.prepare<[], { id: bigint; failures: bigint; probe_at: bigint | null; succeeded: bigint }>(
+      'SELECT id, failures, probe_at, last_success_at IS NOT NULL AS succeeded FROM webhook_endpoints ' +
+        'WHERE disabled_at IS NULL',
     ),
-    handOut: db.prepare(
-      'INSERT OR IGNORE INTO webhook_deliveries (endpoint_id, seq, attempts, next_at) ' +
-        'SELECT ?, seq, 0, ? FROM events WHERE seq > ? ORDER BY seq LIMIT ?',
+    claimEndpoint: db.prepare<[number], ClaimEndpointRow>(
+      'SELECT url, secret, previous_secret, previous_until, cursor_seq, probe_at FROM webhook_endpoints ' +
+        'WHERE id = ? AND disabled_at IS NULL',
     ),
     lastHanded: db.prepare<[bigint, number], { seq: bigint | null }>(
       'SELECT max(seq) AS seq FROM (SELECT seq FROM events WHERE seq > ? ORDER BY seq LIMIT ?)',
     ),
-    moveCursor: db.prepare('UPDATE webhook_endpoints SET cursor_seq = ? WHERE id = ?'),
-    // Each enabled endpoint's earliest due deliveries, with the leases it holds now; those due at
-    // the same instant in the order the feed lists them (docs/webhooks.md#the-relay). That is
-    // rowid order: a hand-out copies the events after the endpoint's cursor in seq order, each
-    // row a rowid above every row there, and a row keeps its rowid. It is the due index's own
-    // order after next_at, so no sort is added (seq would sort every due row, per row scanned).
-    due: db.prepare<[number, number, number, number], ClaimRow>(
-      'SELECT d.endpoint_id, d.seq, d.attempts, d.next_at, w.url, w.secret, w.previous_secret, w.previous_until, ' +
-        'coalesce(b.n, 0) AS busy FROM webhook_endpoints w ' +
-        'JOIN webhook_deliveries d ON d.endpoint_id = w.id AND d.seq IN (SELECT x.seq FROM webhook_deliveries x ' +
-        'WHERE x.endpoint_id = w.id AND x.next_at <= ? AND (x.lease_until IS NULL OR x.lease_until <= ?) ' +
-        'ORDER BY x.next_at, x.rowid LIMIT ?) ' +
-        'LEFT JOIN (SELECT endpoint_id, count(*) AS n FROM webhook_deliveries ' +
-        'WHERE lease_until IS NOT NULL AND lease_until > ? GROUP BY endpoint_id) b ON b.endpoint_id = w.id ' +
-        'WHERE w.disabled_at IS NULL ORDER BY d.endpoint_id, d.next_at, d.rowid',
+    handOut: db.prepare(
+      'INSERT OR IGNORE INTO webhook_deliveries (endpoint_id, seq, attempts, next_at) ' +
+        'SELECT ?, seq, 0, ? FROM events WHERE seq > ? AND seq <= ? ORDER BY seq',
     ),
+    moveCursor: db.prepare('UPDATE webhook_endpoints SET cursor_seq = ? WHERE id = ?'),
+    // An endpoint's deliveries due, those due at the same instant in the order the feed lists
+    // them (docs/webhooks.md#the-relay). That is rowid order: a hand-out copies the events after
+    // the endpoint's cursor in seq order, each row a rowid above every row there, and a row keeps
+    // its rowid. It is the due index's own order after next_at, so no sort is added.
+    due: db.prepare<[number, number, number, number], DueRow>(
+      'SELECT seq, attempts FROM webhook_deliveries ' +
+        `WHERE endpoint_id = ? AND next_at <= ? AND ${FREE} ORDER BY next_at, rowid LIMIT ?`,
+    ),
+    // A probe: the oldest delivery waiting, in the feed's order (the primary key's), whenever due.
+    oldest: db.prepare<[number, number], DueRow>(
+      `SELECT seq, attempts FROM webhook_deliveries WHERE endpoint_id = ? AND ${FREE} ORDER BY seq LIMIT 1`,
+    ),
+    takeProbe: db.prepare('UPDATE webhook_endpoints SET probe_at = ? WHERE id = ?'),
     lease: db.prepare(
       'UPDATE webhook_deliveries SET lease_until = ?, lease_owner = ?, attempts = attempts + 1 ' +
         'WHERE endpoint_id = ? AND seq = ?',
     ),
     event: db.prepare<[bigint], EventRow>('SELECT 0 AS tx, seq, type, created_at, data FROM events WHERE seq = ?'),
-    // Not for an endpoint removed while the attempt was in flight.
+    held: db.prepare<[number, bigint, string], { held: bigint }>(
+      'SELECT 1 AS held FROM webhook_deliveries WHERE endpoint_id = ? AND seq = ? AND lease_owner = ?',
+    ),
     insertAttempt: db.prepare(
-      'INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, at, status, error, duration_ms) ' +
-        'SELECT id, ?, ?, ?, ?, ?, ? FROM webhook_endpoints WHERE id = ?',
+      'INSERT INTO webhook_attempts (endpoint_id, event_id, seq, attempt, at, status, error, duration_ms) ' +
+        'VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
     ),
-    pruneAttempts: db.prepare(
+    // The attempts beyond the endpoint's last ATTEMPTS_KEPT, except those of events still waiting for it.
+    pruneAttempts: db.prepare<[number, number]>(
       'DELETE FROM webhook_attempts WHERE endpoint_id = ? AND id <= ' +
-        `(SELECT id FROM webhook_attempts WHERE endpoint_id = ? ORDER BY id DESC LIMIT 1 OFFSET ${ATTEMPTS_KEPT})`,
+        `(SELECT id FROM webhook_attempts WHERE endpoint_id = ? ORDER BY id DESC LIMIT 1 OFFSET ${ATTEMPTS_KEPT}) ` +
+        'AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d ' +
+        'WHERE d.endpoint_id = webhook_attempts.endpoint_id AND d.seq = webhook_attempts.seq)',
     ),
-    done: db.prepare('DELETE FROM webhook_deliveries WHERE endpoint_id = ? AND seq = ?'),
+    done: db.prepare('DELETE FROM webhook_deliveries WHERE endpoint_id = ? AND seq = ? AND lease_owner = ?'),
     retry: db.prepare(
-      'UPDATE webhook_deliveries SET next_at = ?, lease_until = NULL, lease_owner = NULL WHERE endpoint_id = ? AND seq = ?',
+      'UPDATE webhook_deliveries SET next_at = ?, lease_until = NULL, lease_owner = NULL ' +
+        'WHERE endpoint_id = ? AND seq = ? AND lease_owner = ?',
+    ),
+    state: db.prepare<[number], EndpointStateRow>(`SELECT ${STATE_COLUMNS} FROM webhook_endpoints WHERE id = ?`),
+    writeState: db.prepare(
+      'UPDATE webhook_endpoints SET failures = ?, probe_at = ?, last_success_at = ?, last_failure_at = ?, ' +
+        'failing_since = ?, disabled_at = ? WHERE id = ?',
+    ),
+    release: db.prepare<[number, number, number, number]>(
+      `UPDATE webhook_deliveries SET next_at = ? WHERE endpoint_id = ? AND next_at <> ? AND ${FREE}`,
     ),
     releaseAll: db.prepare(
       'UPDATE webhook_deliveries SET lease_until = NULL, lease_owner = NULL WHERE lease_until IS NOT NULL',
     ),
-    release: db.prepare(
-      'UPDATE webhook_deliveries SET lease_until = NULL, lease_owner = NULL ' +
-        'WHERE endpoint_id = ? AND seq = ? AND lease_owner = ?',
-    ),
-    succeeded: db.prepare('UPDATE webhook_endpoints SET last_success_at = ?, failing_since = NULL WHERE id = ?'),
-    failed: db.prepare(
-      'UPDATE webhook_endpoints SET last_failure_at = ?, failing_since = coalesce(failing_since, ?) WHERE id = ?',
-    ),
-    disable: db.prepare(
-      'UPDATE webhook_endpoints SET disabled_at = ? WHERE id = ? AND disabled_at IS NULL ' +
-        'AND coalesce(last_success_at, -1) < ? AND (failing_since <= ? OR ?)',
-    ),
-  });
-  type StatsRow = { waiting: bigint | null; oldest: string | null; disabled: bigint };
-  // On the counting connection: the count reads every event waiting (sqlite.ts, counting).
-  let statsStatement: Database.Statement<[], StatsRow> | undefined;
-  const statsOf = () =>
-    (statsStatement ??= counting().prepare<[], StatsRow>(
-      `SELECT sum(CASE WHEN w.disabled_at IS NULL THEN ${WAITING} ELSE 0 END) AS waiting, ` +
-        'min(CASE WHEN w.disabled_at IS NULL THEN min(' +
-        "  coalesce((SELECT min(e.created_at) FROM webhook_deliveries d JOIN events e ON e.seq = d.seq WHERE d.endpoint_id = w.id), '~'), " +
-        "  coalesce((SELECT e.created_at FROM events e WHERE e.seq > w.cursor_seq ORDER BY e.seq LIMIT 1), '~')) END) AS oldest, " +
-        'count(w.disabled_at) AS disabled FROM webhook_endpoints w',
-    ));
-  const s = () => (prepared ??= prepare());
+  };
+}
+
+type Statements = ReturnType<typeof prepare>;
+
+/**
+ * The webhook half of the SQLite store. One process serves a SQLite file (`petstore serve`
+ * refuses a second), so its relay is the only one; the leases still make a restart after kill -9
+ * take over what the killed process was sending. `whileBusy` retries a call refused by another
+ * process's lock (a CLI command); `counting` is the connection stats() reads on (sqlite.ts),
+ * `db` by default; `eventsWritten` hears of each commit of this process that wrote events.
+ */
+export function sqliteWebhooks(
+  db: Database.Database,
+  {
+    whileBusy,
+    beforeWrite,
+    counting = () => db,
+    eventsWritten,
+  }: {
+    whileBusy: <T>(work: () => T) => T | Promise<T>;
+    beforeWrite: () => void;
+    counting?: () => Database.Database;
+    eventsWritten: (listener: () => void) => () => void;
+  },
+): WebhookStore {
+  let prepared: Statements | undefined;
+  const s = () => (prepared ??= prepare(db));
   const write = <T>(work: () => T) =>
     whileBusy(() => {
       beforeWrite();
@@ -257,9 +198,48 @@ export function sqliteWebhooks(
         db.pragma('synchronous = FULL');
       }
     });
-
   return {
+    ...endpointCommands(s, write, whileBusy),
     ...sqliteWebhookTools(db, write, whileBusy),
+    async relayEndpoints() {
+      return whileBusy(() => s().relayEndpoints.all().map(toRelayEndpoint));
+    },
+    async claim(query: ClaimQuery) {
+      return background(() => query.wants.flatMap((want) => claimFor(s(), want, query)));
+    },
+    async finish(query: FinishQuery) {
+      return background(() => finishAll(s(), query));
+    },
+    async recover() {
+      await background(() => s().releaseAll.run());
+    },
+    onEventsWritten(listener: () => void) {
+      const stop = eventsWritten(listener);
+      return async () => stop();
+    },
+    stats: statsOn(counting, whileBusy),
+  };
+}
+
+const toRelayEndpoint = (row: {
+  id: bigint;
+  failures: bigint;
+  probe_at: bigint | null;
+  succeeded: bigint;
+}): RelayEndpoint => ({
+  id: Number(row.id),
+  failures: Number(row.failures),
+  probeAt: row.probe_at === null ? null : Number(row.probe_at),
+  succeeded: row.succeeded === 1n,
+});
+
+/** What `petstore webhooks` does to endpoints. */
+function endpointCommands(
+  s: () => Statements,
+  write: <T>(work: () => T) => T | Promise<T>,
+  whileBusy: <T>(work: () => T) => T | Promise<T>,
+) {
+  return {
     async addEndpoint({ url, description, secret, createdAt }: NewWebhookEndpoint) {
       return write(() => {
         const { lastInsertRowid } = s().insert.run(url, description, secret, createdAt);
@@ -288,74 +268,119 @@ export function sqliteWebhooks(
     async listAttempts(id: number, limit: number) {
       return whileBusy(() => (s().get.get(id) ? s().attempts.all(id, limit).map(toAttempt) : undefined));
     },
-    async handOut(now: number, batch: number, window: number) {
-      return background(() => {
-        let copied = 0;
-        for (const { id, cursor_seq } of s().open.all(window)) {
-          const last = s().lastHanded.get(cursor_seq, batch)?.seq;
-          if (last === null || last === undefined) continue;
-          copied += s().handOut.run(id, now, cursor_seq, batch).changes;
-          s().moveCursor.run(last, id);
-        }
-        return copied;
-      });
-    },
-    async claim({ now, limit, leaseMs, owner }: ClaimQuery) {
-      return background(() =>
-        inTurns(s().due.all(now, now, limit, now), limit).map((row) => {
-          s().lease.run(now + leaseMs, owner, row.endpoint_id, row.seq);
-          const event = s().event.get(row.seq);
-          return {
-            endpointId: Number(row.endpoint_id),
-            url: row.url,
-            secrets: secretsAt(now, row.secret, row.previous_secret, row.previous_until),
-            position: { tx: 0n, seq: row.seq },
-            event: event && toEvent(event),
-            attempt: Number(row.attempts) + 1,
-          };
-        }),
-      );
-    },
-    async finish(outcomes: AttemptOutcome[]) {
-      return background(() =>
-        outcomes.map(({ record, position, ok, retryAt, disableUnlessSuccessSince: since }) => {
-          const at = record.at.getTime();
-          const { endpointId: id } = record;
-          s().insertAttempt.run(record.eventId, record.attempt, at, record.status, record.error, record.durationMs, id);
-          s().pruneAttempts.run(id, id);
-          if (ok || retryAt === undefined) s().done.run(id, position.seq);
-          else s().retry.run(retryAt, id, position.seq);
-          if (ok) {
-            s().succeeded.run(at, id);
-            return false;
-          }
-          s().failed.run(at, at, id);
-          return s().disable.run(at, id, since, since, retryAt === undefined ? 1 : 0).changes > 0;
-        }),
-      );
-    },
-    async recover() {
-      await background(() => s().releaseAll.run());
-    },
-    async release(endpointId: number, position: EventPosition, owner: string) {
-      await background(() => s().release.run(endpointId, position.seq, owner));
-    },
-    async stats() {
-      return whileBusy(() => {
-        const row = statsOf().get()!;
-        return {
-          waiting: Number(row.waiting ?? 0),
-          oldestWaitingAt: row.oldest === null || row.oldest === '~' ? null : new Date(row.oldest),
-          disabled: Number(row.disabled),
-        };
-      });
-    },
   };
+}
+
+/** Copies up to `batch` events after the endpoint's cursor into its deliveries, due at `now`. */
+function handOut(s: Statements, id: number, cursor: bigint, batch: number, now: number): boolean {
+  const last = s.lastHanded.get(cursor, batch)?.seq;
+  if (last === null || last === undefined) return false;
+  s.handOut.run(id, now, cursor, last);
+  s.moveCursor.run(last, id);
+  return true;
+}
+
+/** The deliveries of one endpoint a claim leases (see WebhookStore.claim). */
+function claimFor(s: Statements, { endpointId: id, count, probe }: DeliveryWant, query: ClaimQuery): ClaimedDelivery[] {
+  const { now, leaseMs, owner, batch } = query;
+  const endpoint = s.claimEndpoint.get(id);
+  if (!endpoint || count <= 0) return [];
+  if (probe && endpoint.probe_at !== null && Number(endpoint.probe_at) > now) return [];
+  const take = () => (probe ? s.oldest.all(id, now) : s.due.all(id, now, now, count));
+  let rows = take();
+  if (rows.length < count && handOut(s, id, endpoint.cursor_seq, Math.max(batch, count), now)) rows = take();
+  if (probe && rows.length > 0) s.takeProbe.run(now + leaseMs, id);
+  const secrets = secretsAt(now, endpoint.secret, endpoint.previous_secret, endpoint.previous_until);
+  return rows.map((row) => {
+    s.lease.run(now + leaseMs, owner, id, row.seq);
+    const event = s.event.get(row.seq);
+    return {
+      endpointId: id,
+      url: endpoint.url,
+      secrets,
+      position: { tx: 0n, seq: row.seq },
+      event: event && toEvent(event),
+      attempt: Number(row.attempts) + 1,
+    };
+  });
+}
+
+/** Writes outcomes endpoint by endpoint, each endpoint's in the order given (see WebhookStore.finish). */
+function finishAll(s: Statements, { owner, retryMs, outcomes }: FinishQuery): FinishResult {
+  const results: FinishResult['outcomes'] = outcomes.map(() => 'lost');
+  const byEndpoint = new Map<number, { outcome: AttemptOutcome; index: number }[]>();
+  for (const [index, outcome] of outcomes.entries()) {
+    // Only under the lease still held: one another relay took over is no longer this one's to end.
+    if (!s.held.get(outcome.record.endpointId, outcome.position.seq, owner)) continue;
+    const items = byEndpoint.get(outcome.record.endpointId) ?? [];
+    items.push({ outcome, index });
+    byEndpoint.set(outcome.record.endpointId, items);
+  }
+  const endpoints: RelayEndpoint[] = [];
+  for (const [id, items] of byEndpoint) {
+    const row = s.state.get(id);
+    if (!row) continue;
+    for (const { outcome } of items) recordOne(s, outcome, owner);
+    const after = endpointAfterOutcomes(
+      toEndpointState(row),
+      items.map(({ outcome }) => outcome),
+      retryMs,
+    );
+    const { failures, probeAt, lastSuccessAt, lastFailureAt, failingSince, disabledAt } = after.state;
+    s.writeState.run(failures, probeAt, lastSuccessAt, lastFailureAt, failingSince, disabledAt, id);
+    if (after.releasedAt !== undefined) s.release.run(after.releasedAt, id, after.releasedAt, after.releasedAt);
+    s.pruneAttempts.run(id, id);
+    for (const [i, { index }] of items.entries()) results[index] = after.disabled[i] ? 'disabled' : 'recorded';
+    endpoints.push({ id, failures, probeAt, succeeded: lastSuccessAt !== null });
+  }
+  return { outcomes: results, endpoints };
+}
+
+/** One attempt's row, and its delivery removed (success, give-up) or due again. */
+function recordOne(s: Statements, { record, position, ok, retryAt }: AttemptOutcome, owner: string) {
+  const { endpointId: id } = record;
+  s.insertAttempt.run(
+    id,
+    record.eventId,
+    position.seq,
+    record.attempt,
+    record.at.getTime(),
+    record.status,
+    record.error,
+    record.durationMs,
+  );
+  if (ok || retryAt === undefined) s.done.run(id, position.seq, owner);
+  else s.retry.run(retryAt, id, position.seq, owner);
+}
+
+type StatsRow = { waiting: bigint | null; oldest: string | null; disabled: bigint };
+
+/** /metrics' figures, on the counting connection: the count reads every event waiting (sqlite.ts, counting). */
+function statsOn(counting: () => Database.Database, whileBusy: <T>(work: () => T) => T | Promise<T>) {
+  let statement: Database.Statement<[], StatsRow> | undefined;
+  const prepared = () =>
+    (statement ??= counting().prepare<[], StatsRow>(
+      `SELECT sum(CASE WHEN w.disabled_at IS NULL THEN ${WAITING} ELSE 0 END) AS waiting, ` +
+        'min(CASE WHEN w.disabled_at IS NULL THEN min(' +
+        "  coalesce((SELECT min(e.created_at) FROM webhook_deliveries d JOIN events e ON e.seq = d.seq WHERE d.endpoint_id = w.id), '~'), " +
+        "  coalesce((SELECT e.created_at FROM events e WHERE e.seq > w.cursor_seq ORDER BY e.seq LIMIT 1), '~')) END) AS oldest, " +
+        'count(w.disabled_at) AS disabled FROM webhook_endpoints w',
+    ));
+  return async () =>
+    whileBusy(() => {
+      const row = prepared().get()!;
+      return {
+        waiting: Number(row.waiting ?? 0),
+        oldestWaitingAt: row.oldest === null || row.oldest === '~' ? null : new Date(row.oldest),
+        disabled: Number(row.disabled),
+      };
+    });
 }
 
 /** Runs `work` in a write transaction of its own, retried while another process holds the lock. */
 type Write = <T>(work: () => T) => T | Promise<T>;
 
+type Int = bigint | number | null;
 type Int64 = bigint | number;
 
 /**

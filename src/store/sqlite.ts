@@ -306,11 +306,19 @@ export function openSqliteStore(
   });
   // Creates with and without an Idempotency-Key, made in one turn, share one transaction and one
   // fsync, and wait for a lock together: one try per pause however many are waiting.
+  // Who hears of each commit that wrote events: the relay, which then looks for work at once
+  // (docs/webhooks.md#the-relay).
+  const eventListeners = new Set<() => void>();
   const creates = groupCommits(
     db,
     (create: NewPetRecord | OnceCreate): PetRecord | OnceOutcome =>
       'claim' in create ? createOnce(create) : createOne(create),
-    { oneStatementEach: true, retry: busyRetry, beforeWrite: reads.end },
+    {
+      oneStatementEach: true,
+      retry: busyRetry,
+      beforeWrite: reads.end,
+      afterCommit: () => eventListeners.forEach((listener) => listener()),
+    },
   );
 
   // The connection /metrics counts the events waiting on (docs/webhooks.md#the-relay), opened
@@ -342,7 +350,15 @@ export function openSqliteStore(
 
   const store: Store = {
     idsVisibleInOrder: true,
-    webhooks: sqliteWebhooks(db, { whileBusy, beforeWrite: reads.end, counting }),
+    webhooks: sqliteWebhooks(db, {
+      whileBusy,
+      beforeWrite: reads.end,
+      counting,
+      eventsWritten: (listener) => {
+        eventListeners.add(listener);
+        return () => eventListeners.delete(listener);
+      },
+    }),
     isDiskError,
     probeWrite,
     // One process uses a SQLite file: the counts are this process's own.

@@ -1,3 +1,4 @@
+import { endpointAfter } from '../events/slots.js';
 import type { EventPosition, EventRecord } from './event-records.js';
 
 /** A webhook endpoint as `webhooks list` shows it: never its secret. */
@@ -52,14 +53,31 @@ export interface ClaimedDelivery {
   attempt: number;
 }
 
+/** Deliveries to lease for one endpoint (src/events/slots.ts, allotSlots). */
+export interface DeliveryWant {
+  endpointId: number;
+  count: number;
+  /**
+   * A probe of an endpoint that is down: its oldest delivery waiting (the feed's order), whatever
+   * that one's own retry time, and only while the endpoint's probe_at has passed; the claim moves
+   * probe_at to the lease's end, so one instance probes at a time.
+   */
+  probe: boolean;
+}
+
 export interface ClaimQuery {
   /** Unix ms. */
   now: number;
-  limit: number;
-  /** The lease lasts until now + leaseMs; past it another relay may take the delivery over. */
+  /** The leases last until now + leaseMs; past it another relay may take a delivery over. */
   leaseMs: number;
-  /** Who holds the lease: the relay's own random id. */
+  /** Who holds the leases: the relay's own random id. */
   owner: string;
+  wants: readonly DeliveryWant[];
+  /**
+   * Events copied at a time into the deliveries of an endpoint that has fewer due than wanted
+   * and events after its cursor.
+   */
+  batch: number;
 }
 
 export interface AttemptOutcome {
@@ -75,6 +93,38 @@ export interface AttemptOutcome {
    * event's creation when it gives up.
    */
   disableUnlessSuccessSince: number;
+  /** The attempt's random draw, 0 to 1: the jitter of its retry, and of the endpoint's probe (slots.ts, endpointAfter). */
+  jitter: number;
+}
+
+export interface FinishQuery {
+  /** The relay that made the attempts: an outcome is written only while its lease is still this owner's. */
+  owner: string;
+  /** PETSTORE_WEBHOOK_RETRY_MS: the endpoint's back-off starts from it. */
+  retryMs: number;
+  /** In the order the attempts ended. */
+  outcomes: readonly AttemptOutcome[];
+}
+
+export interface FinishResult {
+  /**
+   * Per outcome: recorded; recorded, and it disabled its endpoint; or lost: the lease was no
+   * longer this owner's (it expired and another relay took the delivery over), nothing written.
+   */
+  outcomes: ('recorded' | 'disabled' | 'lost')[];
+  /** The back-off of each endpoint these outcomes were for, once written. */
+  endpoints: RelayEndpoint[];
+}
+
+/** An enabled endpoint as a relay sees it when it chooses what to attempt next (src/events/slots.ts). */
+export interface RelayEndpoint {
+  id: number;
+  /** Failed attempts in a row, with no success between them. */
+  failures: number;
+  /** Down: not probed before then (Unix ms); null when not down. */
+  probeAt: number | null;
+  /** Whether an attempt to it ever succeeded. */
+  succeeded: boolean;
 }
 
 export interface WebhookStats {
@@ -100,31 +150,181 @@ export interface WebhookStore extends WebhookTools {
   enableEndpoint(id: number, now: number): Promise<'enabled' | 'already' | 'unknown'>;
   /** Replaces the secret; the old one signs too until `previousUntil` (Unix ms). False: no such endpoint. */
   rollSecret(id: number, secret: string, previousUntil: number): Promise<boolean>;
-  /** The endpoint's newest attempts, newest first; undefined when no endpoint has this id. */
-  listAttempts(id: number, limit: number): Promise<WebhookAttemptRecord[] | undefined>;
   /**
-   * Copies up to `batch` events per enabled endpoint into its deliveries, due at `now`, for
-   * endpoints that have fewer than `window` deliveries waiting; resolves to how many were copied.
+   * The endpoint's newest attempts, newest first; undefined when no endpoint has this id. Every
+   * attempt of the events still waiting for it is kept, and at least its last ATTEMPTS_KEPT.
    */
-  handOut(now: number, batch: number, window: number): Promise<number>;
-  /** Leases up to `limit` due deliveries of enabled endpoints, counting an attempt for each. */
+  listAttempts(id: number, limit: number): Promise<WebhookAttemptRecord[] | undefined>;
+  /** The enabled endpoints, with their back-off. */
+  relayEndpoints(): Promise<RelayEndpoint[]>;
+  /**
+   * Leases, per endpoint wanted, up to `count` deliveries due (a probe: its oldest waiting),
+   * oldest due first, then in the feed's order, counting an attempt for each; an endpoint with
+   * fewer due than wanted is first handed the events after its cursor, `batch` at a time. Another
+   * relay's lease is taken over only once it has expired.
+   */
   claim(query: ClaimQuery): Promise<ClaimedDelivery[]>;
   /**
-   * Records attempts and their consequences, all in one transaction: each delivery removed
-   * (success, give-up) or due again at `retryAt`, the endpoint's last success or failure, and
-   * the endpoint disabled when it has failed every attempt for the give-up period (see
-   * disableUnlessSuccessSince). Resolves to whether each attempt disabled its endpoint.
+   * Records attempts and their consequences, all in one transaction, each only while its lease
+   * is still `owner`'s: each delivery removed (success, give-up) or due again at `retryAt`, the
+   * endpoint's last success or failure and its back-off (src/events/slots.ts, endpointAfter; a
+   * success after it was down makes every delivery waiting for it due at once), and the
+   * endpoint disabled when it has failed every attempt for the give-up period (see
+   * disableUnlessSuccessSince). Attempts beyond what is kept are deleted.
    */
-  finish(outcomes: AttemptOutcome[]): Promise<boolean[]>;
+  finish(query: FinishQuery): Promise<FinishResult>;
   /**
-   * Called as a relay starts. SQLite, which one process serves: ends every lease, since none
-   * can belong to a live relay, so a restart after kill -9 resends at once. PostgreSQL: nothing
-   * (other instances hold live leases; an abandoned one expires).
+   * Called as a relay starts. SQLite, which one process serves (`petstore serve` refuses a file
+   * another one serves): ends every lease, since none can belong to a live relay, so a restart
+   * after kill -9 or a stop resends at once. PostgreSQL: nothing (other instances hold live
+   * leases; an abandoned one expires).
    */
   recover(): Promise<void>;
-  /** Ends a lease without an attempt recorded (a relay stopping): the delivery is due at once. */
-  release(endpointId: number, position: EventPosition, owner: string): Promise<void>;
+  /**
+   * Calls `listener` after each commit that wrote events: on SQLite this process's; on
+   * PostgreSQL any instance's, heard on a connection of its own (LISTEN), called again each
+   * time that connection is made anew, since a commit may have gone unheard meanwhile. Returns
+   * the function that stops it.
+   */
+  onEventsWritten(listener: () => void): () => Promise<void>;
   stats(): Promise<WebhookStats>;
+}
+
+// The rows both stores read, and what they make of them.
+
+type Int = bigint | number | null;
+
+/** A `webhook_endpoints` row with its waiting count, as both stores read it. */
+export interface EndpointRow {
+  id: Int;
+  url: string;
+  description: string;
+  created_at: Int;
+  disabled_at: Int;
+  last_success_at: Int;
+  last_failure_at: Int;
+  previous_until: Int;
+  waiting: Int;
+}
+
+export interface AttemptRow {
+  endpoint_id: Int;
+  event_id: string;
+  attempt: Int;
+  at: Int;
+  status: Int;
+  error: string | null;
+  duration_ms: Int;
+}
+
+const date = (ms: Int) => (ms === null ? null : new Date(Number(ms)));
+
+export const toEndpoint = (row: EndpointRow): WebhookEndpointRecord => ({
+  id: Number(row.id),
+  url: row.url,
+  description: row.description,
+  createdAt: new Date(Number(row.created_at)),
+  disabledAt: date(row.disabled_at),
+  lastSuccessAt: date(row.last_success_at),
+  lastFailureAt: date(row.last_failure_at),
+  previousSecretUntil: date(row.previous_until),
+  waiting: Number(row.waiting ?? 0),
+});
+
+export const toAttempt = (row: AttemptRow): WebhookAttemptRecord => ({
+  endpointId: Number(row.endpoint_id),
+  eventId: row.event_id,
+  attempt: Number(row.attempt),
+  at: new Date(Number(row.at)),
+  status: row.status === null ? null : Number(row.status),
+  error: row.error,
+  durationMs: Number(row.duration_ms),
+});
+
+/** The secrets to sign with at `now`: the current one, and the replaced one while its grace lasts. */
+export function secretsAt(now: number, secret: string, previous: string | null, until: Int): string[] {
+  return previous !== null && until !== null && Number(until) > now ? [secret, previous] : [secret];
+}
+
+/**
+ * Attempts kept per endpoint for `webhooks deliveries`, at least: besides, every attempt of an
+ * event still waiting for it.
+ */
+export const ATTEMPTS_KEPT = 1000;
+
+/** What finish reads of an endpoint before it writes outcomes, and writes back after (Unix ms). */
+export interface EndpointState {
+  failures: number;
+  probeAt: number | null;
+  lastSuccessAt: number | null;
+  lastFailureAt: number | null;
+  /** When its current run of failures began; null after a success. */
+  failingSince: number | null;
+  disabledAt: number | null;
+}
+
+/** A `webhook_endpoints` row's state columns, as both stores read them. */
+export interface EndpointStateRow {
+  failures: Int;
+  probe_at: Int;
+  last_success_at: Int;
+  last_failure_at: Int;
+  failing_since: Int;
+  disabled_at: Int;
+}
+
+const ms = (value: Int) => (value === null ? null : Number(value));
+
+export const toEndpointState = (row: EndpointStateRow): EndpointState => ({
+  failures: Number(row.failures),
+  probeAt: ms(row.probe_at),
+  lastSuccessAt: ms(row.last_success_at),
+  lastFailureAt: ms(row.last_failure_at),
+  failingSince: ms(row.failing_since),
+  disabledAt: ms(row.disabled_at),
+});
+
+/**
+ * An endpoint's state after `outcomes`, its own and in the order they ended, as both stores write
+ * it (finish): its last success and failure, its back-off (src/events/slots.ts, endpointAfter),
+ * and disabled by a failure when it has had no success since that failure's
+ * disableUnlessSuccessSince and was failing then, or when the failure gave its event up.
+ * `disabled[i]`: outcome i disabled it. `releasedAt`: a success after it was down, at that time:
+ * every delivery waiting for it is due then, all at that one instant, so they go in the feed's
+ * order, oldest first.
+ */
+export function endpointAfterOutcomes(
+  state: EndpointState,
+  outcomes: readonly AttemptOutcome[],
+  retryMs: number,
+): { state: EndpointState; disabled: boolean[]; releasedAt: number | undefined } {
+  let next = { ...state };
+  let releasedAt: number | undefined;
+  const disabled = outcomes.map((outcome) => {
+    const at = outcome.record.at.getTime();
+    const backoff = endpointAfter(
+      next,
+      { ok: outcome.ok, at, retryAt: outcome.retryAt, jitter: outcome.jitter },
+      retryMs,
+    );
+    next = { ...next, failures: backoff.failures, probeAt: backoff.probeAt };
+    if (backoff.released) releasedAt = at;
+    if (outcome.ok) {
+      next.lastSuccessAt = at;
+      next.failingSince = null;
+      return false;
+    }
+    next.lastFailureAt = at;
+    next.failingSince ??= at;
+    const since = outcome.disableUnlessSuccessSince;
+    const disables =
+      next.disabledAt === null &&
+      (next.lastSuccessAt ?? -1) < since &&
+      (next.failingSince <= since || outcome.retryAt === undefined);
+    if (disables) next.disabledAt = at;
+    return disables;
+  });
+  return { state: next, disabled, releasedAt };
 }
 
 /** The endpoint as `webhooks test` sends to it: never shown, only signed with. */
