@@ -376,6 +376,9 @@ test('a replica is left out for the first reason that holds: unreachable, promot
   assert.equal(reason({ sameCluster: false, paused: true }), 'other_cluster');
   assert.equal(reason({ paused: true, caughtUpTo: undefined }), 'paused');
   assert.equal(reason({ caughtUpTo: undefined }), 'unmeasured');
+  // Its first check not ended yet, when another server's did: not judged unreachable yet.
+  assert.equal(judgeReplica(UNCHECKED, primary, 1000, RULES).inUse, false);
+  assert.equal((judgeReplica(UNCHECKED, primary, 1000, RULES) as { reason: string }).reason, 'unmeasured');
   // Behind even the first sample (taken at 500), for longer than the bound: lagging.
   const later = { ...primary, answeredAt: 1500 };
   const behind = { ...healthy, answeredAt: 1500, caughtUpTo: undefined };

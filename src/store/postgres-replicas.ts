@@ -366,7 +366,10 @@ export async function measureReplication(
   const set = openReplicas(primaryUrl, readUrls, { poolSize: 1, timeoutMs, maxLagMs });
   try {
     const until = Date.now() + waitMs;
-    const measured = () => set.replication.replicas().every((replica) => replica.state !== 'unmeasured');
+    // Every replica judged, and the primary heard (one that does not answer is waited for).
+    const measured = () =>
+      set.replication.primaryAnswering() &&
+      set.replication.replicas().every((replica) => replica.state !== 'unmeasured');
     while (!measured() && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
     return {
       standbys: await standbys,

@@ -142,6 +142,8 @@ export function judgeReplica(
     reason,
     lagMs: lag && (!lag.atLeast || reason === 'lagging') ? lag.lagMs : undefined,
   });
+  // Its first check has not ended yet (another server's check ended first): not judged yet.
+  if (replica.answeredAt === undefined && !replica.failed) return out('unmeasured');
   if (!answering(replica, now, rules.silentMs)) return out('unreachable');
   if (!replica.recovering) return out('promoted');
   if (!replica.sameCluster) return out('other_cluster');
