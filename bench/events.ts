@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { CONNECTIONS } from './load.js';
-import { runPetstore, startReceiver, startService } from './processes.js';
+import { deliveriesAt, runPetstore, startReceiver, startService, type Delivered } from './processes.js';
 import { RELAY_PLAN, runRelayMeasures, type RelayPlan } from './relay.js';
 import { renderBacklog, renderEvents, renderRelay, type BacklogRun, type EventsRun } from './report.js';
 import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, writeEvents, type Seeded } from './seed.js';
@@ -29,13 +29,6 @@ import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, writeEvents, type Se
 export interface Created {
   at: number;
   pet: string;
-}
-
-/** One delivery as the receiver recorded it. */
-export interface Delivered {
-  at: number;
-  id: string | null;
-  pet: string | null;
 }
 
 /** The `p` quantile of `sorted` (ascending), nearest rank; NaN when empty. */
@@ -158,17 +151,12 @@ async function createAtRate(
   return { created, failed: failed + (total - sent), start };
 }
 
-async function deliveries(receiverUrl: string): Promise<Delivered[]> {
-  const text = await (await fetch(`${receiverUrl}/deliveries`)).text();
-  return text ? text.split('\n').map((line) => JSON.parse(line) as Delivered) : [];
-}
-
 /** Waits until every pet of `created` has a delivery, or `ms` have passed. */
 async function drained(receiverUrl: string, created: Created[], ms: number): Promise<Delivered[]> {
   const deadline = Date.now() + ms;
   const wanted = new Set(created.map((c) => c.pet));
   for (;;) {
-    const received = await deliveries(receiverUrl);
+    const received = await deliveriesAt(receiverUrl);
     const got = new Set(received.filter((d) => d.pet !== null && wanted.has(d.pet)).map((d) => d.pet));
     if (got.size === wanted.size || Date.now() > deadline) return received;
     await sleep(50);

@@ -232,6 +232,20 @@ export const startOtlpSink = (cpu: number | undefined) => startScript('OTLP sink
 export const startReceiver = (cpu: number | undefined, { hang = false }: { hang?: boolean } = {}) =>
   startScript('webhook receiver', 'receiver.mjs', hang ? { RECEIVER: 'hang' } : {}, '/count', cpu);
 
+/** One delivery as bench/receiver.mjs recorded it: when, the event's id and the pet's, and the status it answered. */
+export interface Delivered {
+  at: number;
+  id: string | null;
+  pet: string | null;
+  status?: number | null;
+}
+
+/** The deliveries the receiver at `receiverUrl` has recorded, in the order they came. */
+export async function deliveriesAt(receiverUrl: string): Promise<Delivered[]> {
+  const text = await (await fetch(`${receiverUrl}/deliveries`)).text();
+  return text ? text.split('\n').map((line) => JSON.parse(line) as Delivered) : [];
+}
+
 /** Runs `petstore <args>` to completion and returns its standard output. */
 export function runPetstore(args: string[], env: Record<string, string>): string {
   const result = spawnSync('node', [MAIN, ...args], {

@@ -12,8 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../src/config.js';
 import { makeSecret } from '../src/events/signature.js';
 import { openStore } from '../src/store/open.js';
-import type { Delivered } from './events.js';
-import { runPetstore, startReceiver, startService, type Running } from './processes.js';
+import { deliveriesAt, runPetstore, startReceiver, startService, type Running } from './processes.js';
 import type { HangingRun, IdleRun, OutageRun, RelayRuns, ThroughputRun } from './report.js';
 import { writeEvents, type Seeded } from './seed.js';
 
@@ -28,11 +27,6 @@ type Receiver = Running;
 
 const BASE_ENV = { PETSTORE_WEBHOOK_ALLOW_HTTP: '127.0.0.1' };
 const WAIT_MS = 60_000;
-
-async function deliveries(receiver: Receiver): Promise<(Delivered & { status: number | null })[]> {
-  const text = await (await fetch(`${receiver.url}/deliveries`)).text();
-  return text ? text.split('\n').map((line) => JSON.parse(line) as Delivered & { status: number | null }) : [];
-}
 
 async function countOf(receiver: Receiver): Promise<number> {
   return Number(await (await fetch(`${receiver.url}/count`)).text());
@@ -69,7 +63,7 @@ async function lagsOf(receiver: Receiver, created: { pet: string; at: number }[]
   const deadline = Date.now() + WAIT_MS;
   for (;;) {
     const first = new Map<string, number>();
-    for (const d of await deliveries(receiver))
+    for (const d of await deliveriesAt(receiver.url))
       if (d.pet && wanted.has(d.pet) && !first.has(d.pet)) first.set(d.pet, d.at);
     if (first.size === wanted.size) return created.map((c) => first.get(c.pet)! - c.at).sort((a, b) => a - b);
     if (Date.now() > deadline)
@@ -242,9 +236,9 @@ export async function runThroughput(
     const inStore =
       (await Promise.all(running.map((r) => storeSeconds(r, seeded.key)))).reduce((sum, s) => sum + s, 0) -
       storeBefore.reduce((sum, s) => sum + s, 0);
-    const times = (await deliveries(receiver)).slice(warm).map((d) => d.at);
+    const times = (await deliveriesAt(receiver.url)).slice(warm).map((d) => d.at);
     const seconds = (Math.max(...times) - Math.min(...times)) / 1000;
-    const ids = new Set((await deliveries(receiver)).map((d) => d.id));
+    const ids = new Set((await deliveriesAt(receiver.url)).map((d) => d.id));
     return {
       store,
       instances,
@@ -298,11 +292,11 @@ export async function runOutage(
     const wanted = new Set(created);
     const deadline = Date.now() + WAIT_MS;
     for (;;) {
-      const done = (await deliveries(receiver)).filter((d) => d.status === 204 && d.pet && wanted.has(d.pet));
+      const done = (await deliveriesAt(receiver.url)).filter((d) => d.status === 204 && d.pet && wanted.has(d.pet));
       const firsts = new Map<string, number>();
       for (const d of done) if (!firsts.has(d.pet!)) firsts.set(d.pet!, d.at);
       if (firsts.size === wanted.size) {
-        const successes = (await deliveries(receiver)).filter((d) => d.status === 204 && d.at >= downAt);
+        const successes = (await deliveriesAt(receiver.url)).filter((d) => d.status === 204 && d.at >= downAt);
         // In the order they arrived: each that came before an older one is out of order.
         const order = [...firsts.entries()].sort((a, b) => a[1] - b[1]).map(([pet]) => created.indexOf(pet));
         const outOfOrder = order.filter((place, i) => order.slice(i + 1).some((later) => later < place)).length;
@@ -313,7 +307,7 @@ export async function runOutage(
           retryMs,
           drainMs: Math.max(...firsts.values()) - successes[0]!.at,
           outOfOrder,
-          failedAttempts: (await deliveries(receiver)).filter((d) => d.status === 503).length,
+          failedAttempts: (await deliveriesAt(receiver.url)).filter((d) => d.status === 503).length,
         };
       }
       if (Date.now() > deadline) throw new Error(`not drained:\n${service.output()}`);

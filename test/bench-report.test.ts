@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { eventFigures, quantile, relayPlan, type Created, type Delivered } from '../bench/events.js';
+import { eventFigures, quantile, relayPlan, type Created } from '../bench/events.js';
+import type { Delivered } from '../bench/processes.js';
 import { RELAY_PLAN } from '../bench/relay.js';
 import { parseWrk } from '../bench/load.js';
 import { SHIPPED_ENV, START_COMMAND } from '../bench/processes.js';
