@@ -1,6 +1,6 @@
 // `npm run bench:compare`: what one change costs, in server CPU time per answer, measured the
-// way small differences can be seen on a shared machine: every variant runs at once on the same
-// seeded SQLite file (CPU 1, load from CPU 0), and samples alternate between them, round after
+// way small differences can be seen on a shared machine: every variant runs at once, each on its
+// own copy of one seeded SQLite file (CPU 1, load from CPU 0), and samples alternate between them, round after
 // round, so a busy moment of the machine falls on all of them; the median of each is reported.
 // CPU time is counted on every thread of the server (`perf stat --per-thread` when perf is
 // installed, else /proc/<pid>/stat), divided by the answers it sent; with it each sample's p99
@@ -26,7 +26,7 @@ import { parseArgs } from 'node:util';
 import { drive, workload, workloadName } from './load.js';
 import { ROOT, startService, type Running } from './processes.js';
 import { median, npmCommand, utcMinute } from './report.js';
-import { POSTGRES_URL, seedPostgres, seedSqlite, type Seeded } from './seed.js';
+import { POSTGRES_URL, seedPostgres, seedSqlite, storeFor, type Seeded } from './seed.js';
 
 const { values: options } = parseArgs({
   options: {
@@ -101,7 +101,9 @@ for (const spec of options.variant) {
       .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
   );
   const { main, flags, ...env } = settings;
-  const server = await startService(label, { ...seeded.env, ...env }, 1, join(temp, `${variants.length}.log`), {
+  // SQLite: a copy of the seeded file each (one process serves a SQLite file).
+  const store = storeFor(seeded, join(temp, `pets-${variants.length}.db`));
+  const server = await startService(label, { ...store.env, ...env }, 1, join(temp, `${variants.length}.log`), {
     ...(flags !== undefined && { flags: flags.split(',').filter(Boolean) }),
     ...(main !== undefined && { main }),
   });

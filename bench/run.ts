@@ -6,7 +6,7 @@
 // store's backlog measure and the relay's measures (bench/relay.ts) after them; 0: none of them.
 // --relay idle,hanging,throughput,outage --hanging 30,1000 --throughput 30000 --outage 8: which relay
 // measures, and their sizes (none: no relay measure).
-import { copyFileSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -36,7 +36,7 @@ import {
 } from './report.js';
 import { clusterMissing, startPair } from './pg-cluster.js';
 import { RELAY_PLAN, runRelayMeasures } from './relay.js';
-import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, type Seeded } from './seed.js';
+import { POSTGRES_URL, reachable, seedPostgres, seedSqlite, storeFor, type Seeded } from './seed.js';
 
 const SERVER_CPU = 1;
 // The events row's receiver runs where wrk does: no wrk runs then.
@@ -168,12 +168,18 @@ async function otlpSink(): Promise<Running> {
   return sink;
 }
 
-/** Every extra row (EXTRAS) of `store`, on the 10,000-pet store `seeded` of the shipped row `base`. */
-async function addExtras(base: string, store: 'SQLite' | 'PostgreSQL', seeded: Seeded) {
-  for (const { variant, setting, env, workloads, collector } of EXTRAS.filter((extra) =>
-    extra.stores.includes(store),
-  )) {
+/** The extra rows (EXTRAS) of `store`. */
+const extrasOf = (store: 'SQLite' | 'PostgreSQL') => EXTRAS.filter((extra) => extra.stores.includes(store));
+
+/**
+ * Every extra row (EXTRAS) of `store`, beside the shipped row `base`, on the 10,000-pet store
+ * `storeOf` gives each (SQLite: a copy of the seeded file, taken before the shipped service
+ * opened it, since one process serves a SQLite file).
+ */
+async function addExtras(base: string, store: 'SQLite' | 'PostgreSQL', storeOf: (id: string) => Seeded) {
+  for (const { variant, setting, env, workloads, collector } of extrasOf(store)) {
     const id = `${base}-${variant}`;
+    const seeded = storeOf(id);
     const traced: Record<string, string> = collector ? { OTEL_EXPORTER_OTLP_ENDPOINT: (await otlpSink()).url } : {};
     const extra = await startService(id, { ...seeded.env, ...env, ...traced }, SERVER_CPU, logFile(id));
     // Stopped before anything else is cleaned up: a PostgreSQL schema is dropped only after.
@@ -200,6 +206,13 @@ async function main() {
     log(`seeding SQLite with ${pets} pets`);
     const path = join(temp, `pets-${pets}.db`);
     const seeded = seedSqlite(path, pets);
+    // The other servers of this store, each on a copy taken before any server opened the file:
+    // the extra rows, and the reference row (whose creates then stay apart from the service's).
+    const copies = new Map(
+      (pets === 10_000 ? [...extrasOf('SQLite').map(({ variant }) => `sqlite-10000-${variant}`), 'minimal'] : []).map(
+        (id) => [id, storeFor(seeded, join(temp, `${id}.db`))],
+      ),
+    );
     const service = await startService(`SQLite ${pets}`, seeded.env, SERVER_CPU, logFile(`sqlite-${pets}`));
     cleanups.push(service.stop);
     if (pets === 10_000) startedRss.push({ name: 'the service on SQLite', bytes: service.peakRss() });
@@ -213,12 +226,8 @@ async function main() {
       walFile: `${path}-wal`,
     });
     if (pets === 10_000) {
-      // Other processes on the same file: an extra row that runs a write adds to this store.
-      await addExtras('sqlite-10000', 'SQLite', seeded);
-      // A copy of the seeded file, taken before any workload wrote to it: its creates stay apart.
-      const minimalPath = join(temp, 'minimal.db');
-      copyFileSync(path, minimalPath);
-      const minimal = await startMinimal(minimalPath, SERVER_CPU);
+      await addExtras('sqlite-10000', 'SQLite', (id) => copies.get(id)!);
+      const minimal = await startMinimal(copies.get('minimal')!.env.PETSTORE_DB!, SERVER_CPU);
       cleanups.push(minimal.stop);
       extras.push({
         id: 'minimal',
@@ -242,7 +251,7 @@ async function main() {
     const one = await startService('PostgreSQL', seeded.env, SERVER_CPU, logFile('pg-1'));
     cleanups.unshift(one.stop);
     targets.push({ id: 'pg-1', store: 'PostgreSQL', pets: 10_000, instances: [one], workloads: ALL, seeded });
-    await addExtras('pg-1', 'PostgreSQL', seeded);
+    await addExtras('pg-1', 'PostgreSQL', () => seeded);
     const a = await startService('PostgreSQL A', seeded.env, SERVER_CPU, logFile('pg-2a'));
     const b = await startService('PostgreSQL B', seeded.env, SERVER_CPU, logFile('pg-2b'));
     cleanups.unshift(a.stop, b.stop);

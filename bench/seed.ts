@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { copyFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { runPetstore } from './processes.js';
@@ -38,6 +39,19 @@ export function seedSqlite(path: string, pets: number): Seeded {
   db.pragma('wal_checkpoint(TRUNCATE)');
   db.close();
   return { env, key: issueKey(env), pets };
+}
+
+/**
+ * The store `seeded` for one more server process: on SQLite a copy of the file at `copyPath`,
+ * since one process serves a SQLite file (docs/operations.md#one-process-per-sqlite-file): take
+ * it before any server opens the seeded file, so that it holds the same pets and key. PostgreSQL,
+ * which any number of instances share, as it is.
+ */
+export function storeFor(seeded: Seeded, copyPath: string): Seeded {
+  const path = seeded.env.PETSTORE_DB;
+  if (path === undefined) return seeded;
+  copyFileSync(path, copyPath);
+  return { ...seeded, env: { ...seeded.env, PETSTORE_DB: copyPath } };
 }
 
 async function adminQuery(url: string, sql: string): Promise<void> {
