@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -9,29 +8,8 @@ import { hashKey } from '../src/keys/keys.js';
 import { openPostgresStore } from '../src/store/postgres.js';
 import { tempFolder } from './helpers.js';
 import { childEnv, runCli } from './process.js';
-import { createPostgresSchema, POSTGRES_URL, postgresSkip } from './stores.js';
-
-/** Why the round trip cannot run here: no PostgreSQL, or no pg_dump and pg_restore on the PATH. */
-function missingTools(): string | false {
-  if (postgresSkip) return postgresSkip;
-  for (const tool of ['pg_dump', 'pg_restore']) {
-    const { error, status } = spawnSync(tool, ['--version'], { encoding: 'utf8' });
-    if (error || status !== 0) {
-      const why = `${tool} is not on the PATH (install the PostgreSQL client tools)`;
-      process.stderr.write(`\n${why}: SKIPPED the pg_dump/pg_restore round trip of docs/operations.md.\n\n`);
-      return why;
-    }
-  }
-  return false;
-}
-
-// URLSearchParams writes a space as '+'; libpq reads only %20 as one.
-const forLibpq = (url: string) => url.replace(/\+/g, '%20');
-
-function run(tool: string, args: string[]) {
-  const { status, stderr } = spawnSync(tool, args, { encoding: 'utf8', timeout: 60_000 });
-  assert.equal(status, 0, `${tool} ${args.join(' ')}: ${stderr}`);
-}
+import { forLibpq, missingPgTools, runPgTool } from './pg-tools.js';
+import { createPostgresSchema, POSTGRES_URL } from './stores.js';
 
 async function admin(sql: string) {
   const client = new pg.Client({ connectionString: POSTGRES_URL });
@@ -45,7 +23,7 @@ async function admin(sql: string) {
 
 test(
   'PostgreSQL: the pg_dump/pg_restore round trip of docs/operations.md restores pets, keys and migrations',
-  { skip: missingTools() },
+  { skip: missingPgTools(['pg_dump', 'pg_restore'], 'the pg_dump/pg_restore round trip of docs/operations.md') },
   async (t) => {
     const url = await createPostgresSchema(t);
     const store = openPostgresStore(url);
@@ -61,13 +39,13 @@ test(
     // As docs/operations.md: a custom-format dump of the service's schema, restored into an empty
     // database (--schema: the test database holds other tests' schemas, created and dropped meanwhile).
     const schema = /search_path=([a-z0-9_]+)/.exec(new URL(url).searchParams.get('options') ?? '')![1]!;
-    run('pg_dump', ['--format=custom', '--no-owner', `--schema=${schema}`, '--file', dump, forLibpq(url)]);
+    runPgTool('pg_dump', ['--format=custom', '--no-owner', `--schema=${schema}`, '--file', dump, forLibpq(url)]);
     const database = `petstore_restore_${randomBytes(6).toString('hex')}`;
     await admin(`CREATE DATABASE ${database}`);
     t.after(() => admin(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`));
     const restoredUrl = new URL(url);
     restoredUrl.pathname = `/${database}`;
-    run('pg_restore', ['--no-owner', '--exit-on-error', '--dbname', forLibpq(restoredUrl.href), dump]);
+    runPgTool('pg_restore', ['--no-owner', '--exit-on-error', '--dbname', forLibpq(restoredUrl.href), dump]);
 
     const listed = await runCli(['migrate', 'status', '--json'], childEnv(t, { DATABASE_URL: restoredUrl.href }));
     assert.equal(listed.code, 0, listed.stderr);

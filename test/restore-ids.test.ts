@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,7 +11,8 @@ import { openSqliteStore } from '../src/store/sqlite.js';
 import type { Store } from '../src/store/store.js';
 import { tempFolder } from './helpers.js';
 import { runDatabase } from './in-process.js';
-import { createPostgresSchema, POSTGRES_URL, postgresSkip } from './stores.js';
+import { forLibpq, missingPgTools, runPgTool } from './pg-tools.js';
+import { createPostgresSchema, POSTGRES_URL } from './stores.js';
 import { addEndpoint, relayConfig, startReceiver, testRelay, until } from './webhooks.js';
 
 interface FeedEvent {
@@ -115,7 +115,8 @@ async function assertFreshIds(
   return pet;
 }
 
-test('SQLite: after petstore restore of an older backup, new event ids follow every id given before, and pet ids go on', async (t) => {
+/** A SQLite database with an endpoint at a receiver, and where its backup goes. */
+async function sqliteWithReceiver(t: TestContext) {
   const folder = tempFolder(t);
   const db = join(folder, 'petstore.db');
   const copy = join(folder, 'older.db');
@@ -123,6 +124,11 @@ test('SQLite: after petstore restore of an older backup, new event ids follow ev
   const store = openSqliteStore(db);
   await store.migrate();
   await addEndpoint(store, receiver.url);
+  return { db, copy, receiver, store };
+}
+
+test('SQLite: after petstore restore of an older backup, new event ids follow every id given before, and pet ids go on', async (t) => {
+  const { db, copy, receiver, store } = await sqliteWithReceiver(t);
   const before = await historyBeforeRestore(t, store, receiver, async () => {
     const backup = await runDatabase(['backup', copy], db);
     assert.equal(backup.code, 0, backup.err.join('\n'));
@@ -138,13 +144,7 @@ test('SQLite: after petstore restore of an older backup, new event ids follow ev
 });
 
 test('SQLite: restores of an older backup where the database they replace is gone still give new event ids', async (t) => {
-  const folder = tempFolder(t);
-  const db = join(folder, 'petstore.db');
-  const copy = join(folder, 'older.db');
-  const receiver = await startReceiver(t);
-  const store = openSqliteStore(db);
-  await store.migrate();
-  await addEndpoint(store, receiver.url);
+  const { db, copy, receiver, store } = await sqliteWithReceiver(t);
   const first = await historyBeforeRestore(t, store, receiver, async () => {
     assert.equal((await runDatabase(['backup', copy], db)).code, 0);
   });
@@ -168,28 +168,6 @@ test('SQLite: restores of an older backup where the database they replace is gon
   await assertFreshIds(t, third, receiver, { ids: given, held: greatest(given) });
 });
 
-/** Why the dump tests cannot run here: no PostgreSQL, or no pg_dump, pg_restore or psql. */
-function missingTools(): string | false {
-  if (postgresSkip) return postgresSkip;
-  for (const tool of ['pg_dump', 'pg_restore', 'psql']) {
-    const { error, status } = spawnSync(tool, ['--version'], { encoding: 'utf8' });
-    if (error || status !== 0) {
-      const why = `${tool} is not on the PATH (install the PostgreSQL client tools)`;
-      process.stderr.write(`\n${why}: SKIPPED the restores of an older dump.\n\n`);
-      return why;
-    }
-  }
-  return false;
-}
-
-// URLSearchParams writes a space as '+'; libpq reads only %20 as one.
-const forLibpq = (url: string) => url.replace(/\+/g, '%20');
-
-function run(tool: string, args: string[]) {
-  const { status, stderr } = spawnSync(tool, args, { encoding: 'utf8', timeout: 60_000 });
-  assert.equal(status, 0, `${tool} ${args.join(' ')}: ${stderr}`);
-}
-
 async function admin(url: string, sql: string) {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
@@ -209,7 +187,7 @@ async function dumpAndRestore(t: TestContext, url: string, format: 'custom' | 'p
   const dump = join(tempFolder(t, 'petstore-dump-'), 'petstore.dump');
   const schema = /search_path=([a-z0-9_]+)/.exec(new URL(url).searchParams.get('options') ?? '')![1]!;
   const takeCopy = async () =>
-    run('pg_dump', [`--format=${format}`, '--no-owner', `--schema=${schema}`, '--file', dump, forLibpq(url)]);
+    runPgTool('pg_dump', [`--format=${format}`, '--no-owner', `--schema=${schema}`, '--file', dump, forLibpq(url)]);
   const restore = async () => {
     await admin(POSTGRES_URL, `DROP SCHEMA ${schema} CASCADE`);
     const database = `petstore_restore_${randomBytes(6).toString('hex')}`;
@@ -218,8 +196,8 @@ async function dumpAndRestore(t: TestContext, url: string, format: 'custom' | 'p
     const restored = new URL(url);
     restored.pathname = `/${database}`;
     if (format === 'custom')
-      run('pg_restore', ['--no-owner', '--exit-on-error', '--dbname', forLibpq(restored.href), dump]);
-    else run('psql', ['--quiet', '--set', 'ON_ERROR_STOP=1', '--file', dump, forLibpq(restored.href)]);
+      runPgTool('pg_restore', ['--no-owner', '--exit-on-error', '--dbname', forLibpq(restored.href), dump]);
+    else runPgTool('psql', ['--quiet', '--set', 'ON_ERROR_STOP=1', '--file', dump, forLibpq(restored.href)]);
     return restored.href;
   };
   return { takeCopy, restore };
@@ -227,7 +205,7 @@ async function dumpAndRestore(t: TestContext, url: string, format: 'custom' | 'p
 
 test(
   'PostgreSQL: after pg_restore of an older dump, the database it replaced gone, new event ids follow every id given before',
-  { skip: missingTools() },
+  { skip: missingPgTools(['pg_dump', 'pg_restore', 'psql'], 'the restores of an older dump') },
   async (t) => {
     const url = await createPostgresSchema(t);
     const receiver = await startReceiver(t);
@@ -247,7 +225,7 @@ test(
 
 test(
   'PostgreSQL: after psql of an older plain dump, new event ids follow those an earlier release gave out on a server whose transaction ids were far ahead',
-  { skip: missingTools() },
+  { skip: missingPgTools(['pg_dump', 'pg_restore', 'psql'], 'the restores of an older dump') },
   async (t) => {
     const url = await createPostgresSchema(t);
     const receiver = await startReceiver(t);
