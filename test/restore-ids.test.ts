@@ -203,15 +203,21 @@ async function dumpAndRestore(t: TestContext, url: string, format: 'custom' | 'p
   return { takeCopy, restore };
 }
 
+/** A PostgreSQL schema of its own with an endpoint at a receiver. */
+async function postgresWithReceiver(t: TestContext) {
+  const url = await createPostgresSchema(t);
+  const receiver = await startReceiver(t);
+  const store = openPostgresStore(url);
+  await store.migrate();
+  await addEndpoint(store, receiver.url);
+  return { url, receiver, store };
+}
+
 test(
   'PostgreSQL: after pg_restore of an older dump, the database it replaced gone, new event ids follow every id given before',
   { skip: missingPgTools(['pg_dump', 'pg_restore', 'psql'], 'the restores of an older dump') },
   async (t) => {
-    const url = await createPostgresSchema(t);
-    const receiver = await startReceiver(t);
-    const store = openPostgresStore(url);
-    await store.migrate();
-    await addEndpoint(store, receiver.url);
+    const { url, receiver, store } = await postgresWithReceiver(t);
     const { takeCopy, restore } = await dumpAndRestore(t, url, 'custom');
     const before = await historyBeforeRestore(t, store, receiver, takeCopy);
 
@@ -227,11 +233,7 @@ test(
   'PostgreSQL: after psql of an older plain dump, new event ids follow those an earlier release gave out on a server whose transaction ids were far ahead',
   { skip: missingPgTools(['pg_dump', 'pg_restore', 'psql'], 'the restores of an older dump') },
   async (t) => {
-    const url = await createPostgresSchema(t);
-    const receiver = await startReceiver(t);
-    const store = openPostgresStore(url);
-    await store.migrate();
-    await addEndpoint(store, receiver.url);
+    const { url, receiver, store } = await postgresWithReceiver(t);
     // The event clock as earlier releases kept it: the server's transaction ids, as they are.
     await admin(url, 'UPDATE event_clock SET tx_offset = 0');
     const { takeCopy, restore } = await dumpAndRestore(t, url, 'plain');
